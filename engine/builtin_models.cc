@@ -1,0 +1,145 @@
+#include "engine/builtin_models.h"
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace kvserve::engine {
+namespace {
+
+ModelConfig ByteLevelLlama() {
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.vocab_size = 258;  // bytes + <bos> + <eos>, as MakeByteTokenizer
+  c.bos_token_id = 256;
+  c.eos_token_ids = {257};
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000.0;
+  c.max_position_embeddings = 2048;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [-1, 1), a pure function of (seed, tensor, index).
+float HashUniform(uint64_t seed, uint64_t tensor, uint64_t index) {
+  const uint64_t h = SplitMix64(SplitMix64(seed ^ (tensor * 0x632be59bd9b4e019ULL)) + index);
+  return static_cast<float>(static_cast<double>(h >> 40) / static_cast<double>(1ULL << 23) - 1.0);
+}
+
+class BuiltinCheckpoint final : public SafetensorsCheckpoint {
+ public:
+  BuiltinCheckpoint(const ModelConfig& c, uint64_t seed) {
+    const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+    // Linear weights are uniform with unit output variance (scale sqrt(3 / fan_in)),
+    // so activations stay O(1) and logits are far from uniform.
+    auto linear = [&](const std::string& name, int64_t rows, int64_t cols) {
+      Add(name, {rows, cols}, seed, static_cast<float>(std::sqrt(3.0 / cols)), 0.0f);
+    };
+    // Norm weights around 1.
+    auto norm = [&](const std::string& name) { Add(name, {h}, seed, 0.1f, 1.0f); };
+    Add("model.embed_tokens.weight", {c.vocab_size, h}, seed, 1.0f, 0.0f);
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      const std::string p = absl::StrCat("model.layers.", i, ".");
+      norm(p + "input_layernorm.weight");
+      linear(p + "self_attn.q_proj.weight", c.num_heads * d, h);
+      linear(p + "self_attn.k_proj.weight", c.num_kv_heads * d, h);
+      linear(p + "self_attn.v_proj.weight", c.num_kv_heads * d, h);
+      linear(p + "self_attn.o_proj.weight", h, c.num_heads * d);
+      norm(p + "post_attention_layernorm.weight");
+      linear(p + "mlp.gate_proj.weight", inter, h);
+      linear(p + "mlp.up_proj.weight", inter, h);
+      linear(p + "mlp.down_proj.weight", h, inter);
+    }
+    norm("model.norm.weight");
+  }
+
+  absl::StatusOr<const TensorInfo*> Find(std::string_view name) const override {
+    auto it = tensors_.find(std::string(name));
+    if (it == tensors_.end()) {
+      return absl::NotFoundError(absl::StrCat("tensor \"", name, "\" not found in builtin model"));
+    }
+    return &it->second.info;
+  }
+  bool Contains(std::string_view name) const override {
+    return tensors_.contains(std::string(name));
+  }
+  std::vector<std::string> TensorNames() const override {
+    std::vector<std::string> names;
+    for (const auto& [name, t] : tensors_) names.push_back(name);
+    return names;
+  }
+
+ private:
+  struct Tensor {
+    std::vector<float> values;
+    TensorInfo info;
+  };
+
+  void Add(const std::string& name, std::vector<int64_t> shape, uint64_t seed, float scale,
+           float offset) {
+    const uint64_t tensor_index = tensors_.size();
+    int64_t count = 1;
+    for (int64_t s : shape) count *= s;
+    Tensor& t = tensors_[name];
+    t.values.resize(count);
+    float* out = t.values.data();
+    kernels::ThreadPool::Default().ParallelFor(count, 1 << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        out[i] = offset + scale * HashUniform(seed, tensor_index, static_cast<uint64_t>(i));
+      }
+    });
+    t.info = TensorInfo{.name = name,
+                        .file = "builtin",
+                        .dtype = DType::kF32,
+                        .shape = std::move(shape),
+                        .data = reinterpret_cast<const uint8_t*>(t.values.data()),
+                        .num_bytes = t.values.size() * sizeof(float)};
+  }
+
+  std::map<std::string, Tensor> tensors_;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
+  ModelConfig c = ByteLevelLlama();
+  if (name == "tiny") {
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.num_layers = 2;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 16;
+  } else if (name == "small") {
+    c.hidden_size = 576;
+    c.intermediate_size = 1536;
+    c.num_layers = 30;
+    c.num_heads = 9;
+    c.num_kv_heads = 3;
+    c.head_dim = 64;
+  } else {
+    return absl::NotFoundError(
+        absl::StrCat("unknown builtin model \"", name, "\" (builtin models: tiny, small)"));
+  }
+  return c;
+}
+
+std::unique_ptr<SafetensorsCheckpoint> MakeBuiltinCheckpoint(const ModelConfig& config,
+                                                             uint64_t seed) {
+  return std::make_unique<BuiltinCheckpoint>(config, seed);
+}
+
+}  // namespace kvserve::engine

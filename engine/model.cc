@@ -1,0 +1,61 @@
+#include "engine/model.h"
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/builtin_models.h"
+#include "engine/loader/safetensors.h"
+#include "spdlog/spdlog.h"
+
+namespace kvserve::engine {
+namespace {
+
+constexpr std::string_view kBuiltinPrefix = "builtin:";
+
+absl::StatusOr<std::unique_ptr<Model>> Finish(std::unique_ptr<Model> model,
+                                              const SafetensorsCheckpoint& checkpoint) {
+  if (absl::Status s = model->config.Validate(); !s.ok()) return s;
+  auto weights = LoadWeights(model->config, checkpoint);
+  if (!weights.ok()) return weights.status();
+  model->weights = std::move(*weights);
+  model->rope_inv_freq = ComputeRopeInvFreq(model->config);
+  return model;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec) {
+  auto model = std::make_unique<Model>();
+  model->name = spec;
+  if (absl::StartsWith(spec, kBuiltinPrefix)) {
+    auto config = BuiltinModelConfig(spec.substr(kBuiltinPrefix.size()));
+    if (!config.ok()) return config.status();
+    model->config = *config;
+    model->tokenizer = MakeByteTokenizer();
+    auto checkpoint = MakeBuiltinCheckpoint(model->config, kBuiltinSeed);
+    return Finish(std::move(model), *checkpoint);
+  }
+
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(spec)) {
+    return absl::NotFoundError(absl::StrCat(
+        "model \"", spec, "\" is neither builtin:NAME nor a checkpoint directory"));
+  }
+  auto config = LoadModelConfig(spec);
+  if (!config.ok()) return config.status();
+  model->config = *config;
+  auto checkpoint = SafetensorsCheckpoint::Open(spec);
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (fs::exists(fs::path(spec) / "tokenizer.json") ||
+      fs::exists(fs::path(spec) / "tokenizer.model")) {
+    auto tokenizer = LoadTokenizer(spec);
+    if (!tokenizer.ok()) return tokenizer.status();
+    model->tokenizer = std::move(*tokenizer);
+  } else {
+    spdlog::warn("{}: no tokenizer.json or tokenizer.model; only token-id prompts work", spec);
+  }
+  return Finish(std::move(model), **checkpoint);
+}
+
+}  // namespace kvserve::engine

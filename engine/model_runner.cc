@@ -1,0 +1,201 @@
+#include "engine/model_runner.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+
+namespace kvserve::engine {
+namespace {
+
+KvCacheShape ShapeFor(const ModelConfig& c, const RunnerOptions& o) {
+  return KvCacheShape{.num_layers = c.num_layers,
+                      .num_blocks = o.num_blocks,
+                      .num_kv_heads = c.num_kv_heads,
+                      .block_size = o.block_size,
+                      .head_dim = c.head_dim};
+}
+
+void Linear(const float* x, int64_t m, int64_t ldx, const kernels::PackedMatrix& w,
+            const float* bias, float* y, kernels::ThreadPool* pool) {
+  kernels::Gemm({.x = x, .ldx = ldx, .w = &w, .bias = bias, .y = y, .ldy = w.n, .m = m}, pool);
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const Model& model, const RunnerOptions& options)
+    : model_(model),
+      cache_(ShapeFor(model.config, options)),
+      pool_(options.pool != nullptr ? options.pool : &kernels::ThreadPool::Default()) {}
+
+absl::Status ModelRunner::Validate(const StepInput& in) const {
+  const int32_t n = in.num_tokens();
+  const int32_t seqs = in.num_seqs();
+  if (seqs < 0 || in.positions.size() != static_cast<size_t>(n) ||
+      in.slot_mapping.size() != static_cast<size_t>(n) ||
+      in.block_table_start.size() != in.query_start.size() || in.query_start.front() != 0 ||
+      in.query_start.back() != n || in.block_table_start.front() != 0 ||
+      in.block_table_start.back() != static_cast<int32_t>(in.block_ids.size())) {
+    return absl::InvalidArgumentError("step input: array sizes are inconsistent");
+  }
+  const int64_t bs = block_size();
+  for (int32_t b : in.block_ids) {
+    if (b < 0 || b >= num_blocks()) {
+      return absl::InvalidArgumentError(absl::StrCat("step input: block id ", b, " outside [0, ",
+                                                     num_blocks(), ")"));
+    }
+  }
+  for (int32_t s = 0; s < seqs; ++s) {
+    const int32_t begin = in.query_start[s], end = in.query_start[s + 1];
+    if (end < begin) return absl::InvalidArgumentError("step input: query_start decreases");
+    const int64_t table_len = in.block_table_start[s + 1] - in.block_table_start[s];
+    for (int32_t i = begin; i < end; ++i) {
+      const int32_t pos = in.positions[i];
+      if (in.token_ids[i] < 0 || in.token_ids[i] >= model_.config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("step input: sequence ", s, " token ", i,
+                                                       ": id ", in.token_ids[i],
+                                                       " outside the vocabulary"));
+      }
+      if (pos < 0 || (i > begin && pos != in.positions[i - 1] + 1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step input: sequence ", s, " positions must be contiguous and non-negative"));
+      }
+      if (pos / bs >= table_len) {
+        return absl::InvalidArgumentError(absl::StrCat("step input: sequence ", s, " position ",
+                                                       pos, " is past its block table"));
+      }
+      const int64_t expected_slot =
+          int64_t{in.block_ids[in.block_table_start[s] + pos / bs]} * bs + pos % bs;
+      if (in.slot_mapping[i] != expected_slot) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("step input: sequence ", s, " token ", i, ": slot ", in.slot_mapping[i],
+                         " is not the block table's slot ", expected_slot));
+      }
+    }
+  }
+  for (int32_t idx : in.logits_indices) {
+    if (idx < 0 || idx >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("step input: logits index ", idx,
+                                                     " outside [0, ", n, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutput> ModelRunner::Step(const StepInput& in) {
+  if (absl::Status s = Validate(in); !s.ok()) return s;
+  const ModelConfig& c = model_.config;
+  const ModelWeights& w = model_.weights;
+  const int64_t n = in.num_tokens();
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_width = c.num_heads * c.head_dim;
+  const int64_t qkv_width = q_width + 2 * c.num_kv_heads * c.head_dim;
+
+  token_seq_.resize(n);
+  for (int32_t s = 0; s < in.num_seqs(); ++s) {
+    for (int32_t i = in.query_start[s]; i < in.query_start[s + 1]; ++i) token_seq_[i] = s;
+  }
+  residual_.resize(n * hidden);
+  normed_.resize(n * hidden);
+  qkv_.resize(n * qkv_width);
+  attn_.resize(n * q_width);
+  proj_.resize(n * hidden);
+  gate_up_.resize(n * 2 * c.intermediate_size);
+  act_.resize(n * c.intermediate_size);
+
+  kernels::EmbeddingLookup(w.embed_tokens.data(), hidden, in.token_ids.data(), n,
+                           residual_.data());
+  kernels::RmsNorm(residual_.data(), w.layers[0].input_norm.data(), normed_.data(), n, hidden,
+                   static_cast<float>(c.rms_norm_eps), pool_);
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) RunLayer(layer, in);
+  // After the last layer normed_ holds the final norm of the residual stream.
+
+  StepOutput out;
+  out.vocab_size = c.vocab_size;
+  const int64_t rows = static_cast<int64_t>(in.logits_indices.size());
+  if (rows == 0) return out;
+  gathered_.resize(rows * hidden);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(normed_.data() + in.logits_indices[r] * hidden, hidden,
+                gathered_.data() + r * hidden);
+  }
+  out.logits.resize(rows * c.vocab_size);
+  Linear(gathered_.data(), rows, hidden, w.lm_head, nullptr, out.logits.data(), pool_);
+  return out;
+}
+
+// One decoder layer. On entry normed_ = input_norm(residual_); on exit
+// residual_ has both sublayers added and normed_ = the next norm of it (the
+// next layer's input norm, or the final norm after the last layer).
+void ModelRunner::RunLayer(int64_t layer, const StepInput& in) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& lw = model_.weights.layers[layer];
+  const int64_t n = in.num_tokens();
+  const int64_t hidden = c.hidden_size;
+  const int64_t d = c.head_dim;
+  const int64_t q_width = c.num_heads * d;
+  const int64_t kv_width = c.num_kv_heads * d;
+  const int64_t qkv_width = q_width + 2 * kv_width;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* q = qkv_.data();
+  float* k = q + q_width;
+  float* v = k + kv_width;
+
+  Linear(normed_.data(), n, hidden, lw.qkv, lw.qkv_bias.empty() ? nullptr : lw.qkv_bias.data(),
+         qkv_.data(), pool_);
+  kernels::ApplyRope({.q = q,
+                      .k = k,
+                      .q_stride = qkv_width,
+                      .k_stride = qkv_width,
+                      .positions = in.positions.data(),
+                      .inv_freq = model_.rope_inv_freq.data(),
+                      .attention_scaling = 1.0f,
+                      .num_tokens = static_cast<int>(n),
+                      .num_heads = static_cast<int>(c.num_heads),
+                      .num_kv_heads = static_cast<int>(c.num_kv_heads),
+                      .head_dim = static_cast<int>(d)},
+                     pool_);
+  kernels::WriteKvCache({.k = k,
+                         .v = v,
+                         .src_stride = qkv_width,
+                         .k_cache = cache_.k(layer),
+                         .v_cache = cache_.v(layer),
+                         .slot_mapping = in.slot_mapping.data(),
+                         .num_tokens = static_cast<int>(n),
+                         .num_kv_heads = static_cast<int>(c.num_kv_heads),
+                         .head_dim = static_cast<int>(d),
+                         .block_size = static_cast<int>(block_size())});
+  kernels::PagedAttention({.q = q,
+                           .q_stride = qkv_width,
+                           .out = attn_.data(),
+                           .k_cache = cache_.k(layer),
+                           .v_cache = cache_.v(layer),
+                           .num_tokens = static_cast<int>(n),
+                           .num_heads = static_cast<int>(c.num_heads),
+                           .num_kv_heads = static_cast<int>(c.num_kv_heads),
+                           .head_dim = static_cast<int>(d),
+                           .block_size = static_cast<int>(block_size()),
+                           .token_seq = token_seq_.data(),
+                           .token_pos = in.positions.data(),
+                           .block_table_start = in.block_table_start.data(),
+                           .block_ids = in.block_ids.data(),
+                           .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+                           .sliding_window = static_cast<int>(c.sliding_window)},
+                          pool_);
+  Linear(attn_.data(), n, q_width, lw.o_proj, nullptr, proj_.data(), pool_);
+  kernels::AddRmsNorm(residual_.data(), proj_.data(), lw.post_attention_norm.data(),
+                      normed_.data(), n, hidden, eps, pool_);
+
+  Linear(normed_.data(), n, hidden, lw.gate_up, nullptr, gate_up_.data(), pool_);
+  kernels::SiluMul(gate_up_.data(), act_.data(), n, c.intermediate_size, pool_);
+  Linear(act_.data(), n, c.intermediate_size, lw.down, nullptr, proj_.data(), pool_);
+  const bool last = layer + 1 == c.num_layers;
+  const float* next_norm = last ? model_.weights.final_norm.data()
+                                : model_.weights.layers[layer + 1].input_norm.data();
+  kernels::AddRmsNorm(residual_.data(), proj_.data(), next_norm, normed_.data(), n, hidden, eps,
+                      pool_);
+}
+
+}  // namespace kvserve::engine

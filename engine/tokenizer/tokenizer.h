@@ -1,0 +1,73 @@
+// Tokenizer: text <-> token ids. Three kinds:
+//  - byte-level (builtin models): ids 0..255 are bytes, then <bos>, <eos>;
+//  - Hugging Face tokenizer.json with a byte-level BPE model (GPT-2, Llama-3,
+//    Qwen2 style), with added / special tokens;
+//  - SentencePiece tokenizer.model through libsentencepiece.
+//
+// Decoding is defined token by token: each id stands for a byte string
+// (AppendTokenBytes), the text is their concatenation, and invalid UTF-8 is
+// replaced by U+FFFD as Hugging Face does. IncrementalDetokenizer streams the
+// same text without ever emitting a broken UTF-8 sequence.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace kvserve::engine {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  virtual int32_t vocab_size() const = 0;
+  // add_special_tokens: add what the tokenizer's own template adds (e.g. BOS).
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                                      bool add_special_tokens) const = 0;
+  // Appends the bytes that `id` stands for. `first`: id is the first token of
+  // the decoded text (SentencePiece drops its dummy-prefix space there).
+  // Special tokens append nothing when skip_special is set.
+  virtual void AppendTokenBytes(int32_t id, bool first, bool skip_special,
+                                std::string* out) const = 0;
+  virtual bool IsSpecial(int32_t id) const = 0;
+  virtual std::optional<int32_t> bos_token_id() const = 0;
+  virtual std::optional<int32_t> eos_token_id() const = 0;
+
+  // Whole-sequence decode; invalid UTF-8 becomes U+FFFD.
+  std::string Decode(std::span<const int32_t> ids, bool skip_special) const;
+};
+
+// Streams the text of a growing token sequence. Push returns the text that
+// became complete with this token (possibly empty, when a UTF-8 sequence is
+// still open); Flush returns what is left (invalid tails become U+FFFD).
+// The concatenation of all Push results and Flush equals Decode(all ids).
+class IncrementalDetokenizer {
+ public:
+  IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special);
+  std::string Push(int32_t id);
+  std::string Flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  bool first_ = true;
+  std::string pending_;  // bytes of an unfinished UTF-8 sequence
+};
+
+// Replaces invalid UTF-8 by U+FFFD (one per maximal invalid subpart, like
+// Rust's from_utf8_lossy). Exposed for tests.
+std::string ToValidUtf8(std::string_view bytes);
+
+std::unique_ptr<Tokenizer> MakeByteTokenizer();
+// <dir>/tokenizer.json if present, else <dir>/tokenizer.model.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir);
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJson(const std::string& path);
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePiece(const std::string& path);
+
+}  // namespace kvserve::engine

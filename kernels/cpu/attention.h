@@ -1,0 +1,65 @@
+// Paged attention over a block-structured KV cache: one kernel for prefill,
+// chunked prefill and decode.
+//
+// KV layout of one layer (documented in engine/kv_cache.h):
+//   cache[block][kv_head][offset_in_block][head_dim]
+// Key j of a sequence lives in block block_ids[block_table_start[s] + j / block_size]
+// at offset j % block_size.
+//
+// Contract: the query token at absolute position p of sequence s attends to keys
+// lo..p of s (causal), lo = 0, or max(0, p - sliding_window + 1) with a window.
+// Those keys must already be written (WriteKvCache before this call for the
+// step's own tokens). No slot outside them is read: NaN elsewhere is harmless.
+//
+// Batch invariance: keys are reduced in tiles of kAttentionKeyTile aligned to
+// absolute position 0 with an online softmax, in increasing tile order, so a
+// query's output depends only on its own q and keys, never on chunking, on
+// other sequences or on thread count. One (token, head) is computed by one thread.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/thread_pool.h"
+
+namespace kvserve::kernels {
+
+inline constexpr int kAttentionKeyTile = 32;
+
+struct PagedAttentionParams {
+  const float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
+  int64_t q_stride = 0;      // floats between consecutive tokens
+  float* out = nullptr;      // [num_tokens, num_heads, head_dim], contiguous
+  const float* k_cache = nullptr;
+  const float* v_cache = nullptr;
+  int num_tokens = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;  // num_heads % num_kv_heads == 0 (GQA / MQA)
+  int head_dim = 0;
+  int block_size = 0;
+  const int32_t* token_seq = nullptr;          // [num_tokens] sequence index
+  const int32_t* token_pos = nullptr;          // [num_tokens] absolute position
+  const int32_t* block_table_start = nullptr;  // [num_seqs + 1], CSR into block_ids
+  const int32_t* block_ids = nullptr;
+  float scale = 1.0f;      // usually 1 / sqrt(head_dim)
+  int sliding_window = 0;  // 0: unlimited
+};
+
+void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool);
+
+struct WriteKvParams {
+  const float* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], row stride src_stride
+  const float* v = nullptr;
+  int64_t src_stride = 0;
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
+  const int64_t* slot_mapping = nullptr;  // [num_tokens]: block * block_size + offset
+  int num_tokens = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;
+};
+
+// Writes each new token's K and V into its slot.
+void WriteKvCache(const WriteKvParams& p);
+
+}  // namespace kvserve::kernels

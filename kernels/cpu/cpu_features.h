@@ -1,0 +1,16 @@
+// Runtime CPU dispatch. The binary is built for baseline x86-64; the kernels
+// pick AVX2+FMA or AVX-512F code paths at run time from cpuid, never from
+// -march=native. $KVSERVE_CPU_ISA=scalar|avx2|avx512 caps the choice (tests).
+#pragma once
+
+namespace kvserve::kernels {
+
+enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// The widest ISA both the CPU and $KVSERVE_CPU_ISA allow. Computed once.
+CpuIsa ActiveIsa();
+// What the CPU supports, ignoring the environment.
+CpuIsa DetectedIsa();
+const char* IsaName(CpuIsa isa);
+
+}  // namespace kvserve::kernels

@@ -1,0 +1,44 @@
+// Row-wise kernels of a Llama-family layer. Each output row depends only on
+// its own input row, with a reduction order fixed by the row length.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/thread_pool.h"
+
+namespace kvserve::kernels {
+
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight          (x, y: [rows, dim])
+void RmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_t dim, float eps,
+             ThreadPool* pool);
+
+// residual[r] += x[r]; y[r] = RmsNorm(residual[r])  (the pre-norm residual step)
+void AddRmsNorm(float* residual, const float* x, const float* weight, float* y, int64_t rows,
+                int64_t dim, float eps, ThreadPool* pool);
+
+// Rotary embedding, "rotate half" convention of Hugging Face Llama: for i < d/2,
+//   (x[i], x[i + d/2]) <- (x[i] c - x[i + d/2] s, x[i + d/2] c + x[i] s)
+// with angle = float(pos) * inv_freq[i] (fp32, as transformers computes it).
+struct RopeParams {
+  float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
+  float* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], row stride k_stride
+  int64_t q_stride = 0;
+  int64_t k_stride = 0;
+  const int32_t* positions = nullptr;  // [num_tokens]
+  const float* inv_freq = nullptr;     // [head_dim / 2]
+  float attention_scaling = 1.0f;      // multiplies cos and sin (1 for llama3 / default)
+  int num_tokens = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+void ApplyRope(const RopeParams& p, ThreadPool* pool);
+
+// out[r][i] = silu(gate_up[r][i]) * gate_up[r][inter + i], silu(g) = g / (1 + exp(-g)).
+// gate_up: [rows, 2 * inter] (gate then up), out: [rows, inter].
+void SiluMul(const float* gate_up, float* out, int64_t rows, int64_t inter, ThreadPool* pool);
+
+// out[i] = table[ids[i]]; ids are checked by the caller.
+void EmbeddingLookup(const float* table, int64_t dim, const int32_t* ids, int64_t n, float* out);
+
+}  // namespace kvserve::kernels

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs everything kvserve needs on a fresh Debian 12 machine: the C++
+# toolchain and libraries from Debian's packages, and the Python test oracle
+# (transformers, torch, tokenizers, sentencepiece) from PyPI into .venv/.
+# Idempotent: a second run installs nothing and takes seconds.
+#   KVSERVE_SKIP_PYTHON=1  skip the Python oracle (enough to build and run the daemon)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+debian_packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libabsl-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev
+)
+
+missing=()
+for p in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ "${KVSERVE_SKIP_PYTHON:-0}" != "1" ]; then
+  venv="$root/.venv"
+  req="$root/tests/oracle/requirements.txt"
+  stamp="$venv/.requirements.sha256"
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "setup: creating the Python test oracle in .venv (transformers, torch, tokenizers)"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q -r "$req"
+    echo "$want" > "$stamp"
+  fi
+fi
+echo "setup: done"

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine, builds kvserve and runs the whole test suite
+# (C++ unit tests and the Hugging Face oracle tests) through CTest.
+# Exits non-zero when any test fails.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/setup.sh"
+"$root/scripts/build.sh"
+cd "${KVSERVE_BUILD_DIR:-$root/build}"
+ctest --output-on-failure -j "${KVSERVE_JOBS:-$(nproc)}" --timeout 1500

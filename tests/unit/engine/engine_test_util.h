@@ -1,0 +1,123 @@
+// Test harness for ModelRunner: a tiny block allocator handing out shuffled,
+// non-contiguous block ids, with every block no live sequence owns filled
+// with NaN, so a kernel that reads a slot it must not read poisons the logits.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/model_runner.h"
+#include "gtest/gtest.h"
+
+namespace kvserve::engine::testing {
+
+inline const Model& TinyModel() {
+  static const Model* model = [] {
+    auto m = LoadModel("builtin:tiny");
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m->release();
+  }();
+  return *model;
+}
+
+// One sequence's state as a scheduler would keep it.
+struct Sequence {
+  std::vector<int32_t> tokens;       // all tokens known so far
+  int32_t num_computed = 0;          // tokens whose K/V are in the cache
+  std::vector<int32_t> block_table;  // physical block ids
+};
+
+class Harness {
+ public:
+  Harness(const Model& model, int64_t block_size, int64_t num_blocks, uint32_t seed,
+          bool shuffle_and_poison = true)
+      : runner_(model, RunnerOptions{.num_blocks = num_blocks, .block_size = block_size}) {
+    for (int32_t b = 1; b < num_blocks; ++b) free_.push_back(b);  // block 0: null block
+    if (!shuffle_and_poison) return;
+    std::shuffle(free_.begin(), free_.end(), std::mt19937(seed));
+    std::vector<int32_t> all(num_blocks);
+    for (int32_t b = 0; b < num_blocks; ++b) all[b] = b;
+    runner_.kv_cache().FillBlocks(all, std::nanf(""));
+    poison_ = true;
+  }
+
+  ModelRunner& runner() { return runner_; }
+
+  // Grows seq's block table to hold `num_tokens` tokens.
+  void Reserve(Sequence& seq, int64_t num_tokens) {
+    const int64_t bs = runner_.block_size();
+    while (static_cast<int64_t>(seq.block_table.size()) * bs < num_tokens) {
+      ASSERT_FALSE(free_.empty()) << "harness ran out of blocks";
+      seq.block_table.push_back(free_.back());
+      free_.pop_back();
+    }
+  }
+
+  // Returns seq's blocks (poisoned again when the harness poisons).
+  void Release(Sequence& seq) {
+    if (poison_) runner_.kv_cache().FillBlocks(seq.block_table, std::nanf(""));
+    free_.insert(free_.end(), seq.block_table.begin(), seq.block_table.end());
+    seq.block_table.clear();
+    seq.num_computed = 0;
+  }
+
+  // Adds `count` uncomputed tokens of seq to `step` (reserving blocks).
+  void Schedule(StepInput& step, Sequence& seq, int32_t count, StepInput::Logits logits) {
+    Reserve(seq, seq.num_computed + count);
+    step.AddSequence(std::span(seq.tokens).subspan(seq.num_computed, count), seq.num_computed,
+                     seq.block_table, static_cast<int32_t>(runner_.block_size()), logits);
+    seq.num_computed += count;
+  }
+
+  StepOutput Run(const StepInput& step) {
+    auto out = runner_.Step(step);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? std::move(*out) : StepOutput{};
+  }
+
+ private:
+  ModelRunner runner_;
+  std::vector<int32_t> free_;
+  bool poison_ = false;
+};
+
+inline std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(0, vocab - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = dist(rng);
+  return t;
+}
+
+inline std::vector<float> Row(const StepOutput& out, size_t i) {
+  auto r = out.row(i);
+  return {r.begin(), r.end()};
+}
+
+inline int32_t Argmax(std::span<const float> row) {
+  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+// Bit-for-bit equality, with NaN counting as a failure.
+inline ::testing::AssertionResult BitEqual(const std::vector<float>& a,
+                                           const std::vector<float>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "size differs";
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) {
+      return ::testing::AssertionFailure() << "NaN at " << i;
+    }
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure() << "differs at " << i << ": " << a[i] << " vs " << b[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace kvserve::engine::testing
