@@ -1,0 +1,195 @@
+#include "scheduler/kv_cache_manager.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "scheduler/check.h"
+
+namespace kvserve::scheduler {
+
+KvCacheManager::KvCacheManager(const KvCacheConfig& config)
+    : pool_(config.num_blocks, config.block_size),
+      hasher_(config.hash_key.value_or(BlockHasher::RandomKey())),
+      enable_prefix_caching_(config.enable_prefix_caching) {}
+
+int32_t KvCacheManager::BlocksFor(int32_t num_tokens) const {
+  return (num_tokens + pool_.block_size() - 1) / pool_.block_size();
+}
+
+CachedPrefix KvCacheManager::GetComputedBlocks(std::span<const int32_t> tokens,
+                                               const ExtraKeys& extra_keys) const {
+  CachedPrefix prefix;
+  prefix.extra_keys_hash = hasher_.ExtraKeysHash(extra_keys);
+  prefix.num_queried_tokens = static_cast<int32_t>(tokens.size());
+  if (!enable_prefix_caching_ || tokens.empty()) return prefix;
+
+  const size_t bs = static_cast<size_t>(pool_.block_size());
+  // The last token is never served from the cache (its logits are needed).
+  const size_t max_blocks = (tokens.size() - 1) / bs;
+  BlockHash parent = kRootParentHash;
+  for (size_t i = 0; i < max_blocks; ++i) {
+    const BlockHash h =
+        hasher_.HashBlock(parent, prefix.extra_keys_hash, tokens.subspan(i * bs, bs));
+    prefix.block_hashes.push_back(h);
+    const std::optional<BlockId> hit = pool_.Lookup(h);
+    if (!hit) break;
+    prefix.blocks.push_back(*hit);
+    parent = h;
+  }
+  prefix.num_tokens = static_cast<int32_t>(prefix.blocks.size() * bs);
+  return prefix;
+}
+
+bool KvCacheManager::Grow(RequestBlocks& r, int32_t num_tokens) {
+  const int32_t needed = BlocksFor(num_tokens) - static_cast<int32_t>(r.table.size());
+  if (needed > 0 && !pool_.Allocate(needed, &r.table)) return false;
+  r.num_allocated_tokens = std::max(r.num_allocated_tokens, num_tokens);
+  return true;
+}
+
+bool KvCacheManager::AllocateNew(RequestId id, const CachedPrefix& prefix, int32_t num_new_tokens) {
+  KVSERVE_CHECK(!requests_.contains(id));
+  KVSERVE_CHECK(num_new_tokens >= 0);
+  const int32_t num_hit = static_cast<int32_t>(prefix.blocks.size());
+  KVSERVE_CHECK(prefix.num_tokens == num_hit * pool_.block_size());
+  KVSERVE_CHECK(prefix.block_hashes.size() >= prefix.blocks.size());
+
+  // The hits must be what the lookup saw: a stale prefix (an allocation in
+  // between evicted one of its blocks) would serve another prefix's K/V.
+  // Hit blocks that are free leave the free list before any new block is
+  // popped, so they count against the free blocks too.
+  int32_t num_revived = 0;
+  for (int32_t i = 0; i < num_hit; ++i) {
+    KVSERVE_CHECK(pool_.hash(prefix.blocks[i]) == prefix.block_hashes[i]);
+    if (pool_.ref_count(prefix.blocks[i]) == 0) ++num_revived;
+  }
+  const int32_t num_tokens = prefix.num_tokens + num_new_tokens;
+  const int32_t num_new_blocks = BlocksFor(num_tokens) - num_hit;
+  if (num_revived + num_new_blocks > pool_.num_free_blocks()) return false;
+
+  RequestBlocks r;
+  r.table.reserve(static_cast<size_t>(BlocksFor(num_tokens)));
+  for (BlockId b : prefix.blocks) {
+    pool_.AddRef(b);
+    r.table.push_back(b);
+  }
+  r.num_registered_blocks = num_hit;  // full and cached: never written
+  r.block_hashes = prefix.block_hashes;
+  r.extra_keys_hash = prefix.extra_keys_hash;
+  KVSERVE_CHECK(Grow(r, num_tokens));  // cannot fail: counted above
+  requests_.emplace(id, std::move(r));
+  ++prefix_queries_;
+  prefix_queried_tokens_ += prefix.num_queried_tokens;
+  prefix_hit_tokens_ += prefix.num_tokens;
+  return true;
+}
+
+bool KvCacheManager::Allocate(RequestId id, int32_t num_computed_tokens, int32_t num_new_tokens) {
+  auto it = requests_.find(id);
+  KVSERVE_CHECK(it != requests_.end());
+  RequestBlocks& r = it->second;
+  KVSERVE_CHECK(num_new_tokens >= 0);
+  KVSERVE_CHECK(num_computed_tokens >= r.num_registered_blocks * pool_.block_size());
+  KVSERVE_CHECK(num_computed_tokens <= r.num_allocated_tokens);
+  return Grow(r, num_computed_tokens + num_new_tokens);
+}
+
+void KvCacheManager::CommitComputed(RequestId id, std::span<const int32_t> tokens,
+                                    int32_t num_computed_tokens) {
+  auto it = requests_.find(id);
+  KVSERVE_CHECK(it != requests_.end());
+  RequestBlocks& r = it->second;
+  const int32_t bs = pool_.block_size();
+  KVSERVE_CHECK(num_computed_tokens >= r.num_registered_blocks * bs);
+  KVSERVE_CHECK(num_computed_tokens <= r.num_allocated_tokens);
+  KVSERVE_CHECK(static_cast<int64_t>(tokens.size()) >= num_computed_tokens);
+
+  const int32_t num_full = num_computed_tokens / bs;
+  if (enable_prefix_caching_) {
+    for (int32_t i = r.num_registered_blocks; i < num_full; ++i) {
+      if (static_cast<int32_t>(r.block_hashes.size()) == i) {
+        const BlockHash& parent = i == 0 ? kRootParentHash : r.block_hashes[i - 1];
+        r.block_hashes.push_back(hasher_.HashBlock(
+            parent, r.extra_keys_hash, tokens.subspan(static_cast<size_t>(i) * bs, bs)));
+      }
+      // false: an equal block is already cached. Keep ours in the table; it
+      // is offered again when freed (see Free).
+      pool_.RegisterHash(r.table[i], r.block_hashes[i]);
+    }
+  }
+  r.num_registered_blocks = std::max(r.num_registered_blocks, num_full);
+}
+
+void KvCacheManager::Free(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  RequestBlocks& r = it->second;
+  if (enable_prefix_caching_) {
+    // A full block left unregistered because an equal block was cached when
+    // it filled: if that one has been evicted since, keep this copy findable.
+    for (int32_t i = r.num_registered_blocks; i-- > 0;) {
+      const BlockId b = r.table[i];
+      if (!pool_.hash(b).has_value()) pool_.RegisterHash(b, r.block_hashes[i]);
+    }
+  }
+  pool_.ReleaseTable(r.table);  // last block first
+  requests_.erase(it);
+}
+
+std::span<const BlockId> KvCacheManager::BlockTable(RequestId id) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return {};
+  return it->second.table;
+}
+
+KvCacheStats KvCacheManager::Stats() const {
+  KvCacheStats s;
+  s.pool = pool_.Stats();
+  s.prefix_queries = prefix_queries_;
+  s.prefix_queried_tokens = prefix_queried_tokens_;
+  s.prefix_hit_tokens = prefix_hit_tokens_;
+  return s;
+}
+
+absl::Status KvCacheManager::CheckInvariants() const {
+  std::vector<std::span<const BlockId>> tables;
+  tables.reserve(requests_.size());
+  for (const auto& [id, r] : requests_) tables.emplace_back(r.table);
+  if (absl::Status s = pool_.CheckInvariants(tables); !s.ok()) return s;
+
+  const int32_t bs = pool_.block_size();
+  for (const auto& [id, r] : requests_) {
+    auto fail = [id = id](auto&&... parts) {
+      return absl::InternalError(absl::StrCat("request ", id, ": ", parts...));
+    };
+    if (static_cast<int32_t>(r.table.size()) != BlocksFor(r.num_allocated_tokens)) {
+      return fail(r.table.size(), " blocks for ", r.num_allocated_tokens, " allocated tokens");
+    }
+    if (r.num_registered_blocks * bs > r.num_allocated_tokens) {
+      return fail(r.num_registered_blocks, " full blocks beyond ", r.num_allocated_tokens,
+                  " allocated tokens");
+    }
+    if (enable_prefix_caching_ &&
+        static_cast<int32_t>(r.block_hashes.size()) < r.num_registered_blocks) {
+      return fail("missing hashes of full blocks");
+    }
+    for (int32_t i = 0; i < static_cast<int32_t>(r.table.size()); ++i) {
+      const BlockId b = r.table[i];
+      if (b == kNullBlockId) return fail("null block at table index ", i);
+      const std::optional<BlockHash> h = pool_.hash(b);
+      if (i < r.num_registered_blocks) {
+        if (h.has_value() && !(enable_prefix_caching_ && *h == r.block_hashes[i])) {
+          return fail("full block ", b, " is cached under another hash");
+        }
+      } else if (pool_.ref_count(b) != 1 || h.has_value()) {
+        // A block still being written must be private and unfindable.
+        return fail("writable block ", b, " is shared (ref_count ", pool_.ref_count(b),
+                    ") or cached");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::scheduler
