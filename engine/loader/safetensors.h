@@ -3,8 +3,20 @@
 // bad header, offsets out of range, unknown dtype, missing tensor, wrong shape)
 // is a Status whose message names the file and, where there is one, the tensor.
 //
-// Ownership: the checkpoint owns its mappings; TensorInfo::data points into
-// them and lives as long as the checkpoint.
+// Codes: NotFound for a missing file or tensor; InvalidArgument for a malformed
+// file (truncated, header length past the end, bad JSON, offsets outside the
+// data section or not matching shape x dtype, overlapping tensors, a tensor
+// stored in two shards, an index entry whose shard lacks the tensor).
+//
+// Dtypes: F32, F16 and BF16 are read (converted exactly to fp32). A tensor of
+// any other dtype (I64, F64, F8_*, ...) does not fail Open, so an unused buffer
+// cannot make a checkpoint unloadable: Contains() and TensorNames() list it,
+// and Find() / ReadF32() on it return InvalidArgument naming tensor, dtype and
+// file.
+//
+// Ownership: the checkpoint owns its mappings (mmap, read-only, MAP_PRIVATE);
+// TensorInfo::data points into them and lives as long as the checkpoint.
+// Thread safety: const methods may be called concurrently.
 #pragma once
 
 #include <cstdint>
@@ -34,18 +46,22 @@ struct TensorInfo {
 class SafetensorsCheckpoint {
  public:
   // `path` is a directory holding model.safetensors.index.json or
-  // model.safetensors (the index wins), or the path of one .safetensors file.
+  // model.safetensors (the index wins), the path of an index (*.json), or the
+  // path of one .safetensors file. With an index, each shard is mapped once
+  // and every tensor the index names must be in the shard it names.
   static absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> Open(const std::string& path);
 
   virtual ~SafetensorsCheckpoint() = default;
 
-  // NotFound naming the tensor and where it was looked for.
+  // NotFound naming the tensor and where it was looked for (the file or the
+  // index); InvalidArgument for a tensor of an unsupported dtype.
   virtual absl::StatusOr<const TensorInfo*> Find(std::string_view name) const = 0;
   virtual bool Contains(std::string_view name) const = 0;
   virtual std::vector<std::string> TensorNames() const = 0;
 
   // Converts the tensor to fp32 into out (product(expected_shape) floats) after
-  // checking its shape equals expected_shape.
+  // checking its shape equals expected_shape (InvalidArgument naming tensor,
+  // file and both shapes otherwise). Single-threaded, memory-bound.
   absl::Status ReadF32(std::string_view name, std::span<const int64_t> expected_shape,
                        float* out) const;
 };
