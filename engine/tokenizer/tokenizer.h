@@ -22,12 +22,15 @@
 
 namespace kvserve::engine {
 
+// Every method is const and safe to call from several threads at once.
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
+  // One more than the largest id (tokenizer.json: over vocab and added tokens).
   virtual int32_t vocab_size() const = 0;
   // add_special_tokens: add what the tokenizer's own template adds (e.g. BOS).
+  // Text that is not valid UTF-8 is InvalidArgument for tokenizer.json models.
   virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
                                                       bool add_special_tokens) const = 0;
   // Appends the bytes that `id` stands for. `first`: id is the first token of
@@ -36,6 +39,13 @@ class Tokenizer {
   virtual void AppendTokenBytes(int32_t id, bool first, bool skip_special,
                                 std::string* out) const = 0;
   virtual bool IsSpecial(int32_t id) const = 0;
+  // The `first` argument of AppendTokenBytes is true from the start of a
+  // decode until a token appends at least one byte, or until a token decoded
+  // with first == true returns true here. SentencePiece returns true for a
+  // piece whose leading dummy-prefix space was just dropped (unless the model
+  // removes extra whitespace), so that only one such space is dropped, as
+  // DecodeIds does. Decode and IncrementalDetokenizer follow this rule.
+  virtual bool EndsFirstPosition(int32_t id) const { return false; }
   virtual std::optional<int32_t> bos_token_id() const = 0;
   virtual std::optional<int32_t> eos_token_id() const = 0;
 
@@ -56,7 +66,7 @@ class IncrementalDetokenizer {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
-  bool first_ = true;
+  bool first_ = true;    // see Tokenizer::EndsFirstPosition
   std::string pending_;  // bytes of an unfinished UTF-8 sequence
 };
 
