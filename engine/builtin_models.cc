@@ -69,7 +69,7 @@ class BuiltinCheckpoint final : public SafetensorsCheckpoint {
   absl::StatusOr<const TensorInfo*> Find(std::string_view name) const override {
     auto it = tensors_.find(std::string(name));
     if (it == tensors_.end()) {
-      return absl::NotFoundError(absl::StrCat("tensor \"", name, "\" not found in builtin model"));
+      return absl::NotFoundError(absl::StrCat("tensor \"", std::string(name), "\" not found in builtin model"));
     }
     return &it->second.info;
   }
@@ -132,7 +132,7 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
     c.head_dim = 64;
   } else {
     return absl::NotFoundError(
-        absl::StrCat("unknown builtin model \"", name, "\" (builtin models: tiny, small)"));
+        absl::StrCat("unknown builtin model \"", std::string(name), "\" (builtin models: tiny, small)"));
   }
   return c;
 }

@@ -6,12 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "engine/builtin_models.h"
 #include "engine/loader/safetensors.h"
-#include "spdlog/spdlog.h"
+#include "engine/logging.h"
 
 namespace kvserve::engine {
 namespace {
 
-constexpr std::string_view kBuiltinPrefix = "builtin:";
+constexpr char kBuiltinPrefix[] = "builtin:";
 
 absl::StatusOr<std::unique_ptr<Model>> Finish(std::unique_ptr<Model> model,
                                               const SafetensorsCheckpoint& checkpoint) {
@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec) {
   auto model = std::make_unique<Model>();
   model->name = spec;
   if (absl::StartsWith(spec, kBuiltinPrefix)) {
-    auto config = BuiltinModelConfig(spec.substr(kBuiltinPrefix.size()));
+    auto config = BuiltinModelConfig(spec.substr(sizeof(kBuiltinPrefix) - 1));
     if (!config.ok()) return config.status();
     model->config = *config;
     model->tokenizer = MakeByteTokenizer();
@@ -53,7 +53,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec) {
     if (!tokenizer.ok()) return tokenizer.status();
     model->tokenizer = std::move(*tokenizer);
   } else {
-    spdlog::warn("{}: no tokenizer.json or tokenizer.model; only token-id prompts work", spec);
+    Log().warn("{}: no tokenizer.json or tokenizer.model; only token-id prompts work", spec);
   }
   return Finish(std::move(model), **checkpoint);
 }

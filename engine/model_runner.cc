@@ -184,7 +184,8 @@ void ModelRunner::RunLayer(int64_t layer, const StepInput& in) {
                            .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
                            .sliding_window = static_cast<int>(c.sliding_window)},
                           pool_);
-  Linear(attn_.data(), n, q_width, lw.o_proj, nullptr, proj_.data(), pool_);
+  Linear(attn_.data(), n, q_width, lw.o_proj,
+         lw.o_proj_bias.empty() ? nullptr : lw.o_proj_bias.data(), proj_.data(), pool_);
   kernels::AddRmsNorm(residual_.data(), proj_.data(), lw.post_attention_norm.data(),
                       normed_.data(), n, hidden, eps, pool_);
 

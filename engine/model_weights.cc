@@ -44,7 +44,7 @@ int64_t ModelWeights::StreamedBytesPerToken() const {
   for (const LayerWeights& l : layers) {
     floats += packed(l.qkv) + packed(l.o_proj) + packed(l.gate_up) + packed(l.down) +
               static_cast<int64_t>(l.input_norm.size() + l.post_attention_norm.size() +
-                                   l.qkv_bias.size());
+                                   l.qkv_bias.size() + l.o_proj_bias.size());
   }
   return floats * static_cast<int64_t>(sizeof(float));
 }
@@ -93,6 +93,14 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const Safetensors
     auto o_proj = ReadPacked(ckpt, {{p + "self_attn.o_proj.weight", hidden}}, q_rows);
     if (!o_proj.ok()) return o_proj.status();
     l.o_proj = std::move(*o_proj);
+    if (c.o_proj_bias) {
+      l.o_proj_bias.resize(hidden);
+      const int64_t shape[] = {hidden};
+      if (auto s = ckpt.ReadF32(p + "self_attn.o_proj.bias", shape, l.o_proj_bias.data());
+          !s.ok()) {
+        return s;
+      }
+    }
 
     auto post_norm = ReadVector(ckpt, p + "post_attention_layernorm.weight", hidden);
     if (!post_norm.ok()) return post_norm.status();

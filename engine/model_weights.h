@@ -25,6 +25,7 @@ struct LayerWeights {
   kernels::PackedMatrix qkv;          // [(H + 2 KV) * D, hidden]
   std::vector<float> qkv_bias;        // empty, or [(H + 2 KV) * D]
   kernels::PackedMatrix o_proj;       // [hidden, H * D]
+  std::vector<float> o_proj_bias;     // empty, or [hidden] (Llama attention_bias)
   kernels::AlignedBuffer post_attention_norm;
   kernels::PackedMatrix gate_up;  // [2 I, hidden]
   kernels::PackedMatrix down;     // [hidden, I]

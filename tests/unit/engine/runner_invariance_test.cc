@@ -34,8 +34,8 @@ std::vector<std::vector<float>> ChunkedPrefill(Harness& h, const std::vector<int
 
 // (1) Decoding with the cache equals recomputing the whole sequence.
 TEST_P(RunnerInvarianceTest, DecodeWithCacheEqualsFullRecompute) {
-  Harness cached(model(), block_size(), 64, 1);
-  Harness fresh(model(), block_size(), 64, 2);
+  Harness cached(model(), block_size(), 160, 1);
+  Harness fresh(model(), block_size(), 160, 2);
   Sequence seq{.tokens = RandomTokens(21, vocab(), 7)};
   StepInput prefill;
   cached.Schedule(prefill, seq, 21, StepInput::Logits::kLast);

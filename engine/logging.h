@@ -1,0 +1,18 @@
+// The engine's logger: spdlog to stderr (stdout belongs to the programs'
+// own output, e.g. generated text or JSON).
+#pragma once
+
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace kvserve::engine {
+
+inline spdlog::logger& Log() {
+  static const std::shared_ptr<spdlog::logger> logger = [] {
+    auto existing = spdlog::get("kvserve");
+    return existing != nullptr ? existing : spdlog::stderr_color_mt("kvserve");
+  }();
+  return *logger;
+}
+
+}  // namespace kvserve::engine

@@ -1,0 +1,79 @@
+// Oracle driver: loads a model with kvserve's engine and prints, as JSON,
+// the logits of every prompt token and a greedy continuation, for the
+// Python tests to compare with Hugging Face transformers.
+//
+//   kvserve_logits_driver MODEL < {"prompt": [ids], "greedy_tokens": 32,
+//                                  "block_size": 16, "chunk": 64}
+//   > {"prompt_logits": [[...], ...], "greedy": [ids]}
+#include <algorithm>
+#include <iostream>
+
+#include "engine/model.h"
+#include "engine/model_runner.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using kvserve::engine::StepInput;
+
+int Fail(const std::string& message) {
+  std::cerr << "logits_driver: " << message << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) return Fail("usage: kvserve_logits_driver MODEL < request.json");
+  const nlohmann::json request = nlohmann::json::parse(std::cin, nullptr, false);
+  if (request.is_discarded()) return Fail("stdin is not JSON");
+  auto model = kvserve::engine::LoadModel(argv[1]);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+
+  std::vector<int32_t> tokens = request.at("prompt").get<std::vector<int32_t>>();
+  const int greedy_tokens = request.value("greedy_tokens", 0);
+  const int32_t block_size = request.value("block_size", 16);
+  const int32_t chunk = request.value("chunk", 1 << 30);
+  const int64_t max_tokens = static_cast<int64_t>(tokens.size()) + greedy_tokens;
+  const int64_t num_blocks = max_tokens / block_size + 2;
+  kvserve::engine::ModelRunner runner(**model,
+                                      {.num_blocks = num_blocks, .block_size = block_size});
+  // Blocks in reverse order: a non-trivial block table.
+  std::vector<int32_t> table;
+  for (int64_t b = num_blocks - 1; b >= 1; --b) table.push_back(static_cast<int32_t>(b));
+
+  nlohmann::json prompt_logits = nlohmann::json::array();
+  std::vector<float> last;
+  int32_t computed = 0;
+  auto step = [&](int32_t count, StepInput::Logits logits) -> bool {
+    StepInput in;
+    in.AddSequence(std::span(tokens).subspan(computed, count), computed, table, block_size,
+                   logits);
+    auto out = runner.Step(in);
+    if (!out.ok()) {
+      Fail(std::string(out.status().message()));
+      return false;
+    }
+    for (size_t r = 0; r < in.logits_indices.size(); ++r) {
+      auto row = out->row(r);
+      last.assign(row.begin(), row.end());
+      if (logits == StepInput::Logits::kAll) prompt_logits.push_back(last);
+    }
+    computed += count;
+    return true;
+  };
+  const int32_t prompt_len = static_cast<int32_t>(tokens.size());
+  while (computed < prompt_len) {
+    if (!step(std::min(chunk, prompt_len - computed), StepInput::Logits::kAll)) return 1;
+  }
+  std::vector<int32_t> greedy;
+  for (int i = 0; i < greedy_tokens; ++i) {
+    const int32_t next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) -
+                                              last.begin());
+    greedy.push_back(next);
+    tokens.push_back(next);
+    if (i + 1 < greedy_tokens && !step(1, StepInput::Logits::kLast)) return 1;
+  }
+  std::cout << nlohmann::json{{"prompt_logits", prompt_logits}, {"greedy", greedy}} << "\n";
+  return 0;
+}
