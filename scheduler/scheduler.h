@@ -1,0 +1,136 @@
+// Scheduler: continuous batching over the KvCacheManager. Composes the
+// CapacityPolicy (who enters, who is preempted), the BatchPlanner (how many
+// tokens each gets) and the WaitingQueue into one step's SchedulerOutput,
+// turns that into the engine's StepInput, and after the step samples,
+// checks stop conditions and emits outputs.
+//
+// One step (Schedule):
+//   0. expire: requests past their deadline finish as kExpired;
+//   1. running requests, best first (priority, then arrival): first those
+//      decoding (1 token), then those with more to compute (partial
+//      prefills, resumes); a request short of blocks shrinks its chunk to
+//      the free blocks, and with none preempts the worst unscheduled running
+//      request (CapacityPolicy::PickVictim; possibly itself);
+//   2. admission, only if nobody was preempted in this step: the waiting
+//      queue in order, each with a prefix-cache lookup directly followed by
+//      its allocation (no pool change in between), chunked to the budget and
+//      the free blocks; the first that gets no token stops admission (FCFS).
+// Then BuildStepInput, the model step, and Update (or FailStep).
+//
+// Ownership: owns every unfinished Request; uses (does not own) the
+// KvCacheManager. Finished requests are destroyed right after their final
+// output is delivered. Thread affinity: engine loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "engine/sampling/sampler.h"
+#include "engine/step_input.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "scheduler/batch_planner.h"
+#include "scheduler/capacity_policy.h"
+#include "scheduler/kv_cache_manager.h"
+#include "scheduler/request.h"
+#include "scheduler/stats.h"
+#include "scheduler/waiting_queue.h"
+
+namespace kvserve::scheduler {
+
+struct SchedulerConfig {
+  BatchLimits batch;
+  CapacityLimits capacity;  // block_size / num_usable_blocks must match the KvCacheManager
+  std::vector<int32_t> eos_token_ids;
+};
+
+struct ScheduledRequest {
+  Request* request = nullptr;
+  int32_t num_new_tokens = 0;
+  int32_t first_position = 0;  // num_computed_tokens when scheduled
+  bool samples = false;        // caught up after this step: needs logits, samples
+};
+
+struct SchedulerOutput {
+  int64_t step = 0;
+  std::vector<ScheduledRequest> scheduled;
+  int32_t num_tokens = 0;
+  int32_t num_preempted = 0;
+  bool empty() const { return scheduled.empty(); }
+};
+
+class Scheduler {
+ public:
+  // kv and tokenizer (nullable: no text) must outlive the scheduler.
+  Scheduler(const SchedulerConfig& config, KvCacheManager* kv,
+            const engine::Tokenizer* tokenizer);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  const CapacityPolicy& policy() const { return policy_; }
+
+  // Validates (CapacityPolicy: submission, then queue limits) and queues the
+  // request as WAITING. On error nothing is kept and the callback is not
+  // called; *reason (if given) says why. `id` must be new.
+  absl::Status AddRequest(RequestId id, RequestParams params, OutputCallback callback,
+                          TimePoint now, RejectReason* reason = nullptr);
+
+  // Finishes `id` as kAborted wherever it is (waiting, mid-prefill, running),
+  // freeing its blocks and delivering its final output. A no-op for an id
+  // that is unknown or already finished.
+  void Abort(RequestId id, TimePoint now, AbortCause cause = AbortCause::kClient);
+  void AbortAll(TimePoint now, AbortCause cause);
+
+  SchedulerOutput Schedule(TimePoint now);
+  engine::StepInput BuildStepInput(const SchedulerOutput& out) const;
+  // After a successful step: advances computed tokens, registers full blocks
+  // in the prefix cache, samples, checks stops, emits outputs, finishes.
+  void Update(const SchedulerOutput& out, const engine::StepOutput& step, TimePoint now);
+  // After a failed step: every scheduled request finishes as kError.
+  void FailStep(const SchedulerOutput& out, const absl::Status& status, TimePoint now);
+
+  bool HasUnfinished() const { return !requests_.empty(); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return waiting_.size(); }
+  int64_t num_waiting_tokens() const { return waiting_.num_tokens(); }
+  const Request* Find(RequestId id) const;
+
+  SchedulerStats Stats() const;
+  void CountRejection(RejectReason reason) { ++stats_.rejected[static_cast<int>(reason)]; }
+
+ private:
+  void ExpireDeadlines(TimePoint now);
+  void ScheduleRunning(Request* r, BatchPlanner& planner, SchedulerOutput& out);
+  void AdmitWaiting(BatchPlanner& planner, SchedulerOutput& out, TimePoint now);
+  void AddScheduled(Request* r, int32_t n, BatchPlanner& planner, SchedulerOutput& out);
+  // Preempts the worst running request not yet scheduled in this step.
+  Request* PreemptVictim(SchedulerOutput& out);
+  void InsertRunning(Request* r);
+  void RemoveRunning(Request* r);
+
+  void SampleAndEmit(Request* r, std::span<const float> logits, TimePoint now);
+  // Any unfinished state -> FINISHED: frees blocks, dequeues, completes and
+  // delivers `out` as the final message, destroys the request.
+  void FinishRequest(Request* r, FinishReason reason, RequestOutput out, TimePoint now);
+
+  const SchedulerConfig config_;
+  const CapacityPolicy policy_;
+  KvCacheManager* const kv_;
+  const engine::Tokenizer* const tokenizer_;
+
+  absl::flat_hash_map<RequestId, std::unique_ptr<Request>> requests_;  // unfinished
+  WaitingQueue waiting_;
+  std::vector<Request*> running_;  // RUNNING, best first (ServedBefore)
+  uint64_t next_arrival_seq_ = 0;
+  int64_t step_ = 0;
+  int32_t num_with_deadline_ = 0;
+
+  engine::SamplerScratch sampler_scratch_;
+  std::vector<float> masked_row_;
+  SchedulerStats stats_;
+};
+
+}  // namespace kvserve::scheduler

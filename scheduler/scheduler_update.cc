@@ -1,0 +1,128 @@
+// Scheduler, the after-step half: advance, sample, stop checks, outputs,
+// finishing and aborts.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "scheduler/check.h"
+#include "scheduler/scheduler.h"
+
+namespace kvserve::scheduler {
+
+void Scheduler::Update(const SchedulerOutput& out, const engine::StepOutput& step,
+                       TimePoint now) {
+  size_t row = 0;
+  ++stats_.num_steps;
+  stats_.last_step_tokens = out.num_tokens;
+  stats_.last_step_seqs = static_cast<int32_t>(out.scheduled.size());
+  stats_.total_step_tokens += out.num_tokens;
+  for (const ScheduledRequest& s : out.scheduled) {
+    Request* r = s.request;
+    // Nothing runs between Schedule and Update on this thread: still RUNNING.
+    KVSERVE_CHECK(r->state() == RequestState::kRunning);
+    KVSERVE_CHECK(r->num_computed_tokens() == s.first_position);
+    const int32_t prompt_end = r->num_prompt_tokens();
+    if (s.first_position < prompt_end) {
+      stats_.total_prompt_tokens_computed +=
+          std::min(prompt_end, s.first_position + s.num_new_tokens) - s.first_position;
+    }
+    r->AdvanceComputed(s.num_new_tokens);
+    kv_->CommitComputed(r->id(), r->tokens(), r->num_computed_tokens());
+    if (!s.samples) continue;
+    KVSERVE_CHECK(row * static_cast<size_t>(step.vocab_size) < step.logits.size());
+    SampleAndEmit(r, step.row(row++), now);  // may finish (and destroy) r
+  }
+  KVSERVE_CHECK(row * static_cast<size_t>(step.vocab_size) == step.logits.size());
+}
+
+void Scheduler::SampleAndEmit(Request* r, std::span<const float> logits, TimePoint now) {
+  // min_tokens: stop tokens cannot be drawn before it.
+  const std::span<const int32_t> mask = r->stop_checker().StopTokensToMask(r->num_output_tokens());
+  if (!mask.empty()) {
+    masked_row_.assign(logits.begin(), logits.end());
+    for (int32_t t : mask) {
+      if (t >= 0 && static_cast<size_t>(t) < masked_row_.size()) {
+        masked_row_[t] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    logits = masked_row_;
+  }
+  const engine::SampleResult result =
+      engine::Sample(logits, r->params().sampling, r->prompt(), r->output(), sampler_scratch_);
+  r->AppendOutput(result.token, now);
+  ++stats_.total_output_tokens;
+
+  RequestOutput out;
+  out.request_id = r->id();
+  out.token_ids.push_back(result.token);
+  if (r->params().return_logprobs) {
+    out.logprobs.push_back(TokenLogprobs{
+        .token = result.token, .logprob = result.logprob, .top = result.top_logprobs});
+  }
+  StopChecker::Result stop = r->stop_checker().Append(result.token, r->num_output_tokens());
+  out.text = std::move(stop.text);
+  if (stop.reason == FinishReason::kNone) {
+    if (r->callback()) r->callback()(std::move(out));
+    return;
+  }
+  out.stop_string = std::move(stop.stop_string);
+  out.stop_token = stop.stop_token;
+  // RUNNING -> FINISHED(stop token / stop string / length)
+  FinishRequest(r, stop.reason, std::move(out), now);
+}
+
+void Scheduler::FailStep(const SchedulerOutput& out, const absl::Status& status, TimePoint now) {
+  for (const ScheduledRequest& s : out.scheduled) {
+    Request* r = s.request;
+    ++stats_.aborted[static_cast<int>(AbortCause::kStepError)];
+    RequestOutput o;
+    o.text = r->stop_checker().Flush();
+    o.status = status;
+    // RUNNING -> FINISHED(error)
+    FinishRequest(r, FinishReason::kError, std::move(o), now);
+  }
+}
+
+void Scheduler::Abort(RequestId id, TimePoint now, AbortCause cause) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;  // unknown or already finished: no-op
+  Request* r = it->second.get();
+  ++stats_.aborted[static_cast<int>(cause)];
+  RequestOutput out;
+  out.text = r->stop_checker().Flush();
+  out.status = absl::CancelledError(cause == AbortCause::kShutdown ? "the engine is shutting down"
+                                                                   : "aborted");
+  // WAITING or RUNNING -> FINISHED(aborted)
+  FinishRequest(r, FinishReason::kAborted, std::move(out), now);
+}
+
+void Scheduler::AbortAll(TimePoint now, AbortCause cause) {
+  std::vector<Request*> all;
+  for (const auto& [id, r] : requests_) all.push_back(r.get());
+  std::sort(all.begin(), all.end(),
+            [](const Request* a, const Request* b) { return a->arrival_seq() < b->arrival_seq(); });
+  for (Request* r : all) Abort(r->id(), now, cause);
+}
+
+void Scheduler::FinishRequest(Request* r, FinishReason reason, RequestOutput out, TimePoint now) {
+  kv_->Free(r->id());  // every block it held; a no-op if it held none (waiting)
+  if (r->state() == RequestState::kWaiting) {
+    waiting_.Remove(r);
+  } else {
+    RemoveRunning(r);
+  }
+  if (r->params().deadline) --num_with_deadline_;
+  // WAITING or RUNNING -> FINISHED(reason); the callers say which.
+  r->Finish(reason, now);
+  ++stats_.finished[static_cast<int>(reason)];
+  out.request_id = r->id();
+  out.finished = true;
+  out.finish_reason = reason;
+  out.usage = r->MakeUsage();
+  out.timings = r->MakeTimings();
+  if (r->callback()) r->callback()(std::move(out));
+  requests_.erase(r->id());  // destroys r
+}
+
+}  // namespace kvserve::scheduler
