@@ -96,12 +96,14 @@ int main(int argc, char** argv) {
     const double step_s = DecodeSteps(runner, seqs, decode_steps);
     const double tps = batch / step_s;
     if (batch == 1) batch1_tps = tps;
-    std::printf("batch %2d: prefill %d x %d: %8.1f tokens/s | decode: %7.1f tokens/s (%.2f ms/step)",
-                batch, batch, kPromptLen, prefill_tps, tps, step_s * 1e3);
+    std::printf(
+        "batch %2d: prefill %d x %d: %8.1f tokens/s | decode: %7.1f tokens/s (%.2f ms/step)", batch,
+        batch, kPromptLen, prefill_tps, tps, step_s * 1e3);
     if (batch == 1) {
       const double context = kPromptLen + 1 + decode_steps / 2.0;
       const double kv_bytes = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 4 * context;
-      const double bytes = static_cast<double>((*model)->weights.StreamedBytesPerToken()) + kv_bytes;
+      const double bytes =
+          static_cast<double>((*model)->weights.StreamedBytesPerToken()) + kv_bytes;
       std::printf("\n          bytes/step %.1f MB, %.2f GB/s = %.0f%% of copy bandwidth",
                   bytes / 1e6, bytes / step_s / 1e9, 100.0 * bytes / step_s / copy_bw);
     } else {

@@ -129,29 +129,32 @@ EngineConfig DecodeConfig(int n, int steps) {
 void PartA(const kvserve::engine::Model& model, int n, int steps) {
   std::printf("(a) scheduler overhead per decode step, %d running requests\n", n);
   for (const bool seeded : {false, true}) {
-    const StepTimes t = DecodeOverhead(EngineCore::ForModel(model, DecodeConfig(n, steps)), n,
-                                       steps, seeded);
+    const StepTimes t =
+        DecodeOverhead(EngineCore::ForModel(model, DecodeConfig(n, steps)), n, steps, seeded);
     const double sched = t.schedule / t.steps * 1e6, upd = t.update / t.steps * 1e6;
     const double model_us = t.model / t.steps * 1e6;
     std::printf("  %s, %s sampling, %d steps: model step %.2f ms\n", model.name.c_str(),
                 seeded ? "seeded top-p" : "greedy", t.steps, model_us / 1e3);
-    std::printf("    schedule+build %.1f us (%.3f%%), update (sample+stop+emit) %.1f us (%.3f%%):"
-                " %.3f%% of the model step\n",
-                sched, 100.0 * sched / model_us, upd, 100.0 * upd / model_us,
-                100.0 * (sched + upd) / model_us);
+    std::printf(
+        "    schedule+build %.1f us (%.3f%%), update (sample+stop+emit) %.1f us (%.3f%%):"
+        " %.3f%% of the model step\n",
+        sched, 100.0 * sched / model_us, upd, 100.0 * upd / model_us,
+        100.0 * (sched + upd) / model_us);
   }
-  std::printf("  the same host work over a null model (all-zero logits: top-p keeps 90%% of the"
-              " vocabulary, the sampler's worst case):\n");
+  std::printf(
+      "  the same host work over a null model (all-zero logits: top-p keeps 90%% of the"
+      " vocabulary, the sampler's worst case):\n");
   for (const bool seeded : {false, true}) {
     for (int m : {256, 1024}) {
       const EngineConfig c = DecodeConfig(m, 64);
       auto core = std::make_unique<EngineCore>(
           c, ModelInfoOf(model), std::make_unique<NullRunner>(model.config.vocab_size));
       const StepTimes u = DecodeOverhead(std::move(core), m, 64, seeded);
-      std::printf("    %-12s %4d requests: schedule+build %7.1f us, update %7.1f us per step"
-                  " (%.2f us per request)\n",
-                  seeded ? "seeded top-p" : "greedy", m, u.schedule / u.steps * 1e6,
-                  u.update / u.steps * 1e6, (u.schedule + u.update) / u.steps * 1e6 / m);
+      std::printf(
+          "    %-12s %4d requests: schedule+build %7.1f us, update %7.1f us per step"
+          " (%.2f us per request)\n",
+          seeded ? "seeded top-p" : "greedy", m, u.schedule / u.steps * 1e6,
+          u.update / u.steps * 1e6, (u.schedule + u.update) / u.steps * 1e6 / m);
     }
   }
 }

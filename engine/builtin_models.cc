@@ -69,7 +69,8 @@ class BuiltinCheckpoint final : public SafetensorsCheckpoint {
   absl::StatusOr<const TensorInfo*> Find(std::string_view name) const override {
     auto it = tensors_.find(std::string(name));
     if (it == tensors_.end()) {
-      return absl::NotFoundError(absl::StrCat("tensor \"", std::string(name), "\" not found in builtin model"));
+      return absl::NotFoundError(
+          absl::StrCat("tensor \"", std::string(name), "\" not found in builtin model"));
     }
     return &it->second.info;
   }
@@ -131,8 +132,8 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
     c.num_kv_heads = 3;
     c.head_dim = 64;
   } else {
-    return absl::NotFoundError(
-        absl::StrCat("unknown builtin model \"", std::string(name), "\" (builtin models: tiny, small)"));
+    return absl::NotFoundError(absl::StrCat("unknown builtin model \"", std::string(name),
+                                            "\" (builtin models: tiny, small)"));
   }
   return c;
 }

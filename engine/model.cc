@@ -39,8 +39,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec) {
 
   namespace fs = std::filesystem;
   if (!fs::is_directory(spec)) {
-    return absl::NotFoundError(absl::StrCat(
-        "model \"", spec, "\" is neither builtin:NAME nor a checkpoint directory"));
+    return absl::NotFoundError(
+        absl::StrCat("model \"", spec, "\" is neither builtin:NAME nor a checkpoint directory"));
   }
   auto config = LoadModelConfig(spec);
   if (!config.ok()) return config.status();

@@ -43,8 +43,8 @@ absl::Status ModelRunner::Validate(const StepInput& in) const {
   const int64_t bs = block_size();
   for (int32_t b : in.block_ids) {
     if (b < 0 || b >= num_blocks()) {
-      return absl::InvalidArgumentError(absl::StrCat("step input: block id ", b, " outside [0, ",
-                                                     num_blocks(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("step input: block id ", b, " outside [0, ", num_blocks(), ")"));
     }
   }
   for (int32_t s = 0; s < seqs; ++s) {
@@ -77,8 +77,8 @@ absl::Status ModelRunner::Validate(const StepInput& in) const {
   }
   for (int32_t idx : in.logits_indices) {
     if (idx < 0 || idx >= n) {
-      return absl::InvalidArgumentError(absl::StrCat("step input: logits index ", idx,
-                                                     " outside [0, ", n, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("step input: logits index ", idx, " outside [0, ", n, ")"));
     }
   }
   return absl::OkStatus();
@@ -105,8 +105,7 @@ absl::StatusOr<StepOutput> ModelRunner::Step(const StepInput& in) {
   gate_up_.resize(n * 2 * c.intermediate_size);
   act_.resize(n * c.intermediate_size);
 
-  kernels::EmbeddingLookup(w.embed_tokens.data(), hidden, in.token_ids.data(), n,
-                           residual_.data());
+  kernels::EmbeddingLookup(w.embed_tokens.data(), hidden, in.token_ids.data(), n, residual_.data());
   kernels::RmsNorm(residual_.data(), w.layers[0].input_norm.data(), normed_.data(), n, hidden,
                    static_cast<float>(c.rms_norm_eps), pool_);
   for (int64_t layer = 0; layer < c.num_layers; ++layer) RunLayer(layer, in);
@@ -186,15 +185,15 @@ void ModelRunner::RunLayer(int64_t layer, const StepInput& in) {
                           pool_);
   Linear(attn_.data(), n, q_width, lw.o_proj,
          lw.o_proj_bias.empty() ? nullptr : lw.o_proj_bias.data(), proj_.data(), pool_);
-  kernels::AddRmsNorm(residual_.data(), proj_.data(), lw.post_attention_norm.data(),
-                      normed_.data(), n, hidden, eps, pool_);
+  kernels::AddRmsNorm(residual_.data(), proj_.data(), lw.post_attention_norm.data(), normed_.data(),
+                      n, hidden, eps, pool_);
 
   Linear(normed_.data(), n, hidden, lw.gate_up, nullptr, gate_up_.data(), pool_);
   kernels::SiluMul(gate_up_.data(), act_.data(), n, c.intermediate_size, pool_);
   Linear(act_.data(), n, c.intermediate_size, lw.down, nullptr, proj_.data(), pool_);
   const bool last = layer + 1 == c.num_layers;
-  const float* next_norm = last ? model_.weights.final_norm.data()
-                                : model_.weights.layers[layer + 1].input_norm.data();
+  const float* next_norm =
+      last ? model_.weights.final_norm.data() : model_.weights.layers[layer + 1].input_norm.data();
   kernels::AddRmsNorm(residual_.data(), proj_.data(), next_norm, normed_.data(), n, hidden, eps,
                       pool_);
 }

@@ -79,9 +79,9 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const Safetensors
     l.qkv = std::move(*qkv);
     if (c.qkv_bias) {
       l.qkv_bias.resize(q_rows + 2 * kv_rows);
-      const std::pair<const char*, int64_t> biases[] = {
-          {"self_attn.q_proj.bias", q_rows}, {"self_attn.k_proj.bias", kv_rows},
-          {"self_attn.v_proj.bias", kv_rows}};
+      const std::pair<const char*, int64_t> biases[] = {{"self_attn.q_proj.bias", q_rows},
+                                                        {"self_attn.k_proj.bias", kv_rows},
+                                                        {"self_attn.v_proj.bias", kv_rows}};
       float* out = l.qkv_bias.data();
       for (const auto& [name, rows] : biases) {
         const int64_t shape[] = {rows};

@@ -8,10 +8,14 @@ namespace kvserve::scheduler {
 
 std::string_view RejectReasonName(RejectReason reason) {
   switch (reason) {
-    case RejectReason::kInvalidArgument: return "invalid_argument";
-    case RejectReason::kQueueFullRequests: return "queue_full_requests";
-    case RejectReason::kQueueFullTokens: return "queue_full_tokens";
-    case RejectReason::kShuttingDown: return "shutting_down";
+    case RejectReason::kInvalidArgument:
+      return "invalid_argument";
+    case RejectReason::kQueueFullRequests:
+      return "queue_full_requests";
+    case RejectReason::kQueueFullTokens:
+      return "queue_full_tokens";
+    case RejectReason::kShuttingDown:
+      return "shutting_down";
   }
   return "unknown";
 }
@@ -39,8 +43,8 @@ absl::Status CapacityPolicy::CheckSubmission(const RequestParams& params) const 
         absl::StrCat("max_tokens: must be at least 1, got ", stop.max_tokens));
   }
   if (stop.min_tokens < 0 || stop.min_tokens > stop.max_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("min_tokens: must be in [0, max_tokens=",
-                                                   stop.max_tokens, "], got ", stop.min_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "min_tokens: must be in [0, max_tokens=", stop.max_tokens, "], got ", stop.min_tokens));
   }
   for (int32_t t : stop.stop_token_ids) {
     if (t < 0 || t >= limits_.vocab_size) {
@@ -84,8 +88,8 @@ absl::Status CapacityPolicy::CheckQueueLimits(int32_t num_waiting, int64_t num_w
   if (num_waiting_tokens + num_tokens > limits_.max_waiting_tokens) {
     *reason = RejectReason::kQueueFullTokens;
     return absl::ResourceExhaustedError(
-        absl::StrCat("waiting queue is full: ", num_waiting_tokens, " queued tokens + ",
-                     num_tokens, " exceed the limit ", limits_.max_waiting_tokens));
+        absl::StrCat("waiting queue is full: ", num_waiting_tokens, " queued tokens + ", num_tokens,
+                     " exceed the limit ", limits_.max_waiting_tokens));
   }
   return absl::OkStatus();
 }

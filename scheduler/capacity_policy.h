@@ -67,8 +67,8 @@ class CapacityPolicy {
 
   // OK, or ResourceExhausted (and *reason) if a request of num_tokens joined
   // a waiting queue of num_waiting requests holding num_waiting_tokens.
-  absl::Status CheckQueueLimits(int32_t num_waiting, int64_t num_waiting_tokens,
-                                int32_t num_tokens, RejectReason* reason) const;
+  absl::Status CheckQueueLimits(int32_t num_waiting, int64_t num_waiting_tokens, int32_t num_tokens,
+                                RejectReason* reason) const;
 
   // Blocks a request needs at most: K/V slots for prompt + max_tokens - 1
   // tokens (the last sampled token is never computed).

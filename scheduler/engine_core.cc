@@ -18,15 +18,15 @@ KvCacheConfig KvConfig(const EngineConfig& c) {
 SchedulerConfig MakeSchedulerConfig(const EngineConfig& c, const ModelInfo& m) {
   SchedulerConfig s;
   s.batch = c.batch;
-  s.capacity = CapacityLimits{
-      .max_model_len = c.max_model_len > 0 ? std::min(c.max_model_len, m.max_model_len)
-                                           : m.max_model_len,
-      .num_usable_blocks = c.num_blocks - 1,
-      .block_size = c.block_size,
-      .vocab_size = m.vocab_size,
-      .has_tokenizer = m.tokenizer != nullptr,
-      .max_waiting_requests = c.max_waiting_requests,
-      .max_waiting_tokens = c.max_waiting_tokens};
+  s.capacity = CapacityLimits{.max_model_len = c.max_model_len > 0
+                                                   ? std::min(c.max_model_len, m.max_model_len)
+                                                   : m.max_model_len,
+                              .num_usable_blocks = c.num_blocks - 1,
+                              .block_size = c.block_size,
+                              .vocab_size = m.vocab_size,
+                              .has_tokenizer = m.tokenizer != nullptr,
+                              .max_waiting_requests = c.max_waiting_requests,
+                              .max_waiting_tokens = c.max_waiting_tokens};
   s.eos_token_ids = m.eos_token_ids;
   return s;
 }
@@ -60,8 +60,8 @@ EngineCore::EngineCore(const EngineConfig& config, const ModelInfo& model,
 std::unique_ptr<EngineCore> EngineCore::ForModel(const engine::Model& model,
                                                  const EngineConfig& config) {
   auto runner = std::make_unique<ModelStepRunner>(
-      model, engine::RunnerOptions{.num_blocks = config.num_blocks,
-                                   .block_size = config.block_size});
+      model,
+      engine::RunnerOptions{.num_blocks = config.num_blocks, .block_size = config.block_size});
   return std::make_unique<EngineCore>(config, ModelInfoOf(model), std::move(runner));
 }
 

@@ -80,8 +80,7 @@ class EngineCore {
                           TimePoint now = Clock::now(), RejectReason* reason = nullptr) {
     return scheduler_.AddRequest(id, std::move(params), std::move(callback), now, reason);
   }
-  void Abort(RequestId id, TimePoint now = Clock::now(),
-             AbortCause cause = AbortCause::kClient) {
+  void Abort(RequestId id, TimePoint now = Clock::now(), AbortCause cause = AbortCause::kClient) {
     scheduler_.Abort(id, now, cause);
   }
 

@@ -46,9 +46,9 @@ absl::StatusOr<RequestId> EngineLoop::Submit(RequestParams params, OutputCallbac
       status = absl::UnavailableError("the engine is shutting down");
     }
     if (status.ok()) {
-      status = policy_.CheckQueueLimits(published_waiting_ + inbox_submits_,
-                                        published_waiting_tokens_ + inbox_tokens_, num_tokens,
-                                        &reason);
+      status =
+          policy_.CheckQueueLimits(published_waiting_ + inbox_submits_,
+                                   published_waiting_tokens_ + inbox_tokens_, num_tokens, &reason);
     }
     if (!status.ok()) {
       ++submit_rejected_[static_cast<int>(reason)];
@@ -87,8 +87,8 @@ void EngineLoop::Apply(std::vector<Command>& commands) {
     }
     OutputCallback callback = c.callback;  // kept for a rejection below
     RejectReason reason = RejectReason::kInvalidArgument;
-    absl::Status s = core_->AddRequest(c.id, std::move(c.params), std::move(c.callback),
-                                       c.arrival, &reason);
+    absl::Status s =
+        core_->AddRequest(c.id, std::move(c.params), std::move(c.callback), c.arrival, &reason);
     // Submit checked the same limits against counts at least as large, so
     // this is defensive: report it through the stream rather than drop it.
     if (!s.ok() && callback) {

@@ -85,18 +85,18 @@ class EngineLoop {
   void Publish();
   void Shutdown();  // loop thread (or Stop() when never started)
 
-  const CapacityPolicy policy_;        // static checks and limits, any thread
-  std::unique_ptr<EngineCore> core_;   // loop thread only
+  const CapacityPolicy policy_;       // static checks and limits, any thread
+  std::unique_ptr<EngineCore> core_;  // loop thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Command> inbox_;        // guarded by mu_
-  bool stopping_ = false;             // guarded by mu_
-  bool shut_down_ = false;            // guarded by mu_
-  int32_t inbox_submits_ = 0;         // guarded by mu_
-  int64_t inbox_tokens_ = 0;          // guarded by mu_
-  int32_t published_waiting_ = 0;     // guarded by mu_
-  int64_t published_waiting_tokens_ = 0;  // guarded by mu_
+  std::vector<Command> inbox_;                                // guarded by mu_
+  bool stopping_ = false;                                     // guarded by mu_
+  bool shut_down_ = false;                                    // guarded by mu_
+  int32_t inbox_submits_ = 0;                                 // guarded by mu_
+  int64_t inbox_tokens_ = 0;                                  // guarded by mu_
+  int32_t published_waiting_ = 0;                             // guarded by mu_
+  int64_t published_waiting_tokens_ = 0;                      // guarded by mu_
   std::array<int64_t, kNumRejectReasons> submit_rejected_{};  // guarded by mu_
 
   std::atomic<RequestId> next_id_{1};

@@ -6,14 +6,22 @@ namespace kvserve::scheduler {
 
 std::string_view FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kStopToken: return "stop_token";
-    case FinishReason::kStopString: return "stop_string";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAborted: return "aborted";
-    case FinishReason::kExpired: return "expired";
-    case FinishReason::kRejected: return "rejected";
-    case FinishReason::kError: return "error";
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStopToken:
+      return "stop_token";
+    case FinishReason::kStopString:
+      return "stop_string";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAborted:
+      return "aborted";
+    case FinishReason::kExpired:
+      return "expired";
+    case FinishReason::kRejected:
+      return "rejected";
+    case FinishReason::kError:
+      return "error";
   }
   return "unknown";
 }

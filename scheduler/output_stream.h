@@ -34,14 +34,14 @@ using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
 
 enum class FinishReason : int {
-  kNone = 0,     // not finished
-  kStopToken,    // EOS (unless ignore_eos) or one of stop_token_ids
-  kStopString,   // a stop string appeared in the text (it is not emitted)
-  kLength,       // max_tokens reached
-  kAborted,      // Abort() or engine shutdown
-  kExpired,      // the deadline passed (waiting or running)
-  kRejected,     // never admitted: invalid or over the queue limits
-  kError,        // the model step failed; status says why
+  kNone = 0,    // not finished
+  kStopToken,   // EOS (unless ignore_eos) or one of stop_token_ids
+  kStopString,  // a stop string appeared in the text (it is not emitted)
+  kLength,      // max_tokens reached
+  kAborted,     // Abort() or engine shutdown
+  kExpired,     // the deadline passed (waiting or running)
+  kRejected,    // never admitted: invalid or over the queue limits
+  kError,       // the model step failed; status says why
 };
 inline constexpr int kNumFinishReasons = 8;
 std::string_view FinishReasonName(FinishReason reason);
@@ -56,9 +56,9 @@ struct Usage {
 
 // Seconds. Zero where the event did not happen (e.g. no first token).
 struct Timings {
-  double queue_s = 0;             // arrival -> first admission
+  double queue_s = 0;  // arrival -> first admission
   double time_to_first_token_s = 0;
-  double e2e_s = 0;               // arrival -> finish
+  double e2e_s = 0;  // arrival -> finish
   // token_times_s[i]: arrival -> emission of output token i.
   std::vector<double> token_times_s;
 };
@@ -77,9 +77,9 @@ struct RequestOutput {
   bool finished = false;
   // Set on the final message only.
   FinishReason finish_reason = FinishReason::kNone;
-  absl::Status status;       // kError / kRejected detail; OK otherwise
-  std::string stop_string;   // kStopString: which one matched
-  int32_t stop_token = -1;   // kStopToken: which id
+  absl::Status status;      // kError / kRejected detail; OK otherwise
+  std::string stop_string;  // kStopString: which one matched
+  int32_t stop_token = -1;  // kStopToken: which id
   Usage usage;
   Timings timings;
 };
@@ -90,7 +90,9 @@ using OutputCallback = std::function<void(RequestOutput&&)>;
 // Callback() to Submit and drain with Pop/PopFor/Collect from any thread.
 class OutputQueue : public std::enable_shared_from_this<OutputQueue> {
  public:
-  static std::shared_ptr<OutputQueue> Create() { return std::shared_ptr<OutputQueue>(new OutputQueue); }
+  static std::shared_ptr<OutputQueue> Create() {
+    return std::shared_ptr<OutputQueue>(new OutputQueue);
+  }
 
   // Keeps the queue alive for as long as the engine holds the callback.
   OutputCallback Callback();

@@ -13,11 +13,16 @@ namespace kvserve::scheduler {
 
 std::string_view AbortCauseName(AbortCause cause) {
   switch (cause) {
-    case AbortCause::kClient: return "client";
-    case AbortCause::kShutdown: return "shutdown";
-    case AbortCause::kDeadlineWaiting: return "deadline_waiting";
-    case AbortCause::kDeadlineRunning: return "deadline_running";
-    case AbortCause::kStepError: return "step_error";
+    case AbortCause::kClient:
+      return "client";
+    case AbortCause::kShutdown:
+      return "shutdown";
+    case AbortCause::kDeadlineWaiting:
+      return "deadline_waiting";
+    case AbortCause::kDeadlineRunning:
+      return "deadline_running";
+    case AbortCause::kStepError:
+      return "step_error";
   }
   return "unknown";
 }
@@ -49,8 +54,7 @@ absl::Status Scheduler::AddRequest(RequestId id, RequestParams params, OutputCal
   }
   if (params.deadline) ++num_with_deadline_;
   auto request = std::make_unique<Request>(id, std::move(params), std::move(callback), now,
-                                           next_arrival_seq_++, config_.eos_token_ids,
-                                           tokenizer_);
+                                           next_arrival_seq_++, config_.eos_token_ids, tokenizer_);
   // (new) -> WAITING
   waiting_.Insert(request.get());
   requests_.emplace(id, std::move(request));
@@ -84,11 +88,11 @@ void Scheduler::ExpireDeadlines(TimePoint now) {
 }
 
 void Scheduler::InsertRunning(Request* r) {
-  auto pos = std::upper_bound(running_.begin(), running_.end(), r,
-                              [](const Request* a, const Request* b) {
-                                return CapacityPolicy::ServedBefore(a->priority(), a->arrival_seq(),
-                                                                    b->priority(), b->arrival_seq());
-                              });
+  auto pos =
+      std::upper_bound(running_.begin(), running_.end(), r, [](const Request* a, const Request* b) {
+        return CapacityPolicy::ServedBefore(a->priority(), a->arrival_seq(), b->priority(),
+                                            b->arrival_seq());
+      });
   running_.insert(pos, r);
 }
 
@@ -163,9 +167,9 @@ void Scheduler::AdmitWaiting(BatchPlanner& planner, SchedulerOutput& out, TimePo
     int32_t num_revived = 0;  // free-cached hits leave the free list too
     for (BlockId b : prefix.blocks) num_revived += kv_->pool().ref_count(b) == 0 ? 1 : 0;
     const int32_t offered = planner.Offer(r->num_tokens() - prefix.num_tokens);
-    const int32_t n = BatchPlanner::FitToBlocks(
-        offered, prefix.num_tokens, static_cast<int32_t>(prefix.blocks.size()),
-        kv_->pool().num_free_blocks() - num_revived, bs);
+    const int32_t n = BatchPlanner::FitToBlocks(offered, prefix.num_tokens,
+                                                static_cast<int32_t>(prefix.blocks.size()),
+                                                kv_->pool().num_free_blocks() - num_revived, bs);
     if (n == 0) return;  // the head waits for blocks; nobody overtakes it
     KVSERVE_CHECK(kv_->AllocateNew(r->id(), prefix, n));
     waiting_.Remove(r);

@@ -65,8 +65,7 @@ struct SchedulerOutput {
 class Scheduler {
  public:
   // kv and tokenizer (nullable: no text) must outlive the scheduler.
-  Scheduler(const SchedulerConfig& config, KvCacheManager* kv,
-            const engine::Tokenizer* tokenizer);
+  Scheduler(const SchedulerConfig& config, KvCacheManager* kv, const engine::Tokenizer* tokenizer);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 

@@ -10,8 +10,7 @@
 
 namespace kvserve::scheduler {
 
-void Scheduler::Update(const SchedulerOutput& out, const engine::StepOutput& step,
-                       TimePoint now) {
+void Scheduler::Update(const SchedulerOutput& out, const engine::StepOutput& step, TimePoint now) {
   size_t row = 0;
   ++stats_.num_steps;
   stats_.last_step_tokens = out.num_tokens;

@@ -30,14 +30,14 @@ struct SchedulerStats {
   KvCacheStats kv;  // block pool counts, prefix-cache queries / queried / hit tokens
 
   int64_t num_preemptions = 0;
-  std::array<int64_t, kNumRejectReasons> rejected{};     // by RejectReason
-  std::array<int64_t, kNumFinishReasons> finished{};     // by FinishReason
-  std::array<int64_t, kNumAbortCauses> aborted{};        // by AbortCause
+  std::array<int64_t, kNumRejectReasons> rejected{};  // by RejectReason
+  std::array<int64_t, kNumFinishReasons> finished{};  // by FinishReason
+  std::array<int64_t, kNumAbortCauses> aborted{};     // by AbortCause
 
-  int64_t num_steps = 0;           // model steps run
-  int32_t last_step_tokens = 0;    // tokens computed in the last step
+  int64_t num_steps = 0;         // model steps run
+  int32_t last_step_tokens = 0;  // tokens computed in the last step
   int32_t last_step_seqs = 0;
-  int64_t total_step_tokens = 0;   // tokens computed in all steps
+  int64_t total_step_tokens = 0;             // tokens computed in all steps
   int64_t total_prompt_tokens_computed = 0;  // of which at prompt positions (recompute included)
   int64_t total_output_tokens = 0;           // tokens sampled
 };

@@ -46,7 +46,7 @@ struct StopParams {
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids = {};
   std::vector<std::string> stop_strings = {};  // non-empty strings
-  bool skip_special_tokens = true;        // in the text
+  bool skip_special_tokens = true;             // in the text
 };
 
 class StopChecker {

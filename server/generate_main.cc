@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
   }
 
   const int64_t num_blocks = (total + block_size - 1) / block_size + 1;
-  kvserve::engine::ModelRunner runner(**model, {.num_blocks = num_blocks, .block_size = block_size});
+  kvserve::engine::ModelRunner runner(**model,
+                                      {.num_blocks = num_blocks, .block_size = block_size});
   std::vector<int32_t> table;
   for (int32_t b = 1; b < num_blocks; ++b) table.push_back(b);  // block 0: null block
 

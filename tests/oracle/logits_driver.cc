@@ -47,8 +47,7 @@ int main(int argc, char** argv) {
   int32_t computed = 0;
   auto step = [&](int32_t count, StepInput::Logits logits) -> bool {
     StepInput in;
-    in.AddSequence(std::span(tokens).subspan(computed, count), computed, table, block_size,
-                   logits);
+    in.AddSequence(std::span(tokens).subspan(computed, count), computed, table, block_size, logits);
     auto out = runner.Step(in);
     if (!out.ok()) {
       Fail(std::string(out.status().message()));
@@ -68,8 +67,8 @@ int main(int argc, char** argv) {
   }
   std::vector<int32_t> greedy;
   for (int i = 0; i < greedy_tokens; ++i) {
-    const int32_t next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) -
-                                              last.begin());
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
     greedy.push_back(next);
     tokens.push_back(next);
     if (i + 1 < greedy_tokens && !step(1, StepInput::Logits::kLast)) return 1;

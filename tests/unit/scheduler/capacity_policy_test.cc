@@ -39,7 +39,7 @@ TEST(CapacityPolicyTest, RejectsWhatCanNeverRun) {
   CapacityPolicy policy(Limits());
   auto code = [&](const RequestParams& p) { return policy.CheckSubmission(p).code(); };
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
-  EXPECT_EQ(code(Params(0, 4)), kInvalid);   // empty prompt
+  EXPECT_EQ(code(Params(0, 4)), kInvalid);    // empty prompt
   EXPECT_EQ(code(Params(20, 10)), kInvalid);  // 29 slots > 28: more than the pool
   EXPECT_EQ(code(Params(4, 0)), kInvalid);    // max_tokens < 1
   RequestParams p = Params(4, 4);
@@ -92,9 +92,10 @@ TEST(CapacityPolicyTest, ServiceOrder) {
 }
 
 TEST(CapacityPolicyTest, VictimIsLowestPriorityThenLatest) {
-  std::vector<VictimCandidate> c = {
-      {.priority = 0, .arrival_seq = 1}, {.priority = 1, .arrival_seq = 2},
-      {.priority = 1, .arrival_seq = 7}, {.priority = 0, .arrival_seq = 9}};
+  std::vector<VictimCandidate> c = {{.priority = 0, .arrival_seq = 1},
+                                    {.priority = 1, .arrival_seq = 2},
+                                    {.priority = 1, .arrival_seq = 7},
+                                    {.priority = 0, .arrival_seq = 9}};
   EXPECT_EQ(CapacityPolicy::PickVictim(c), 2u);  // priority 1, latest
   c[2].priority = 0;
   EXPECT_EQ(CapacityPolicy::PickVictim(c), 1u);

@@ -170,7 +170,10 @@ void CheckInvariance(bool seeded) {
   // (e) token budgets.
   for (int32_t budget : {16, 64, 2048}) {
     const RunResult r = RunConcurrent(Config(256, 16, budget, true), jobs);
-    ExpectSameTokens(alone, r, budget == 16 ? "budget 16" : budget == 64 ? "budget 64" : "budget 2048");
+    ExpectSameTokens(alone, r,
+                     budget == 16   ? "budget 16"
+                     : budget == 64 ? "budget 64"
+                                    : "budget 2048");
   }
   std::printf("%s: %lld tokens; preemptions: %lld (pool 9x16), %lld (pool 39x4)\n",
               seeded ? "seeded" : "greedy", static_cast<long long>(total_tokens),

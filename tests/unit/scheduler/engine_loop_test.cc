@@ -158,12 +158,14 @@ TEST(EngineLoopTest, AbortMidPrefillReturnsEveryBlock) {
   auto q = OutputQueue::Create();
   auto id = loop->Submit(Params(9, 1000, 4), q->Callback());
   ASSERT_TRUE(id.ok());
-  EXPECT_TRUE(WaitForStats(*loop, [](const SchedulerStats& s) { return s.kv.pool.num_in_use > 2; }));
+  EXPECT_TRUE(
+      WaitForStats(*loop, [](const SchedulerStats& s) { return s.kv.pool.num_in_use > 2; }));
   loop->Abort(*id);
   const OutputQueue::Collected out = q->Collect();
   EXPECT_EQ(out.final.finish_reason, FinishReason::kAborted);
   EXPECT_TRUE(out.token_ids.empty());
-  EXPECT_TRUE(WaitForStats(*loop, [](const SchedulerStats& s) { return s.kv.pool.num_in_use == 0; }));
+  EXPECT_TRUE(
+      WaitForStats(*loop, [](const SchedulerStats& s) { return s.kv.pool.num_in_use == 0; }));
   loop->Stop();
 }
 
@@ -234,8 +236,7 @@ TEST(EngineLoopTest, StopFinishesOutstandingRequestsAsAborted) {
   for (auto& q : queues) {
     EXPECT_EQ(q->Collect().final.finish_reason, FinishReason::kAborted);
   }
-  EXPECT_EQ(loop->Submit(Params(9, 5, 5), nullptr).status().code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(loop->Submit(Params(9, 5, 5), nullptr).status().code(), absl::StatusCode::kUnavailable);
   const SchedulerStats stats = loop->Stats();
   EXPECT_EQ(stats.aborted[static_cast<int>(AbortCause::kShutdown)], 6);
   EXPECT_EQ(stats.kv.pool.num_in_use, 0);

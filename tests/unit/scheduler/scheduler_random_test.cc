@@ -51,9 +51,9 @@ RunStats RandomRun(uint32_t seed, int num_events) {
   const ModelInfo info{.vocab_size = kVocab, .max_model_len = 512, .eos_token_ids = {kEos}};
   auto runner = std::make_unique<HashModelRunner>(config.num_blocks, config.block_size, kVocab);
   EngineCore core(config, info, std::move(runner));
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << " bs " << config.block_size << " blocks "
-                                  << config.num_blocks << " budget "
-                                  << config.batch.max_num_batched_tokens);
+  SCOPED_TRACE(::testing::Message()
+               << "seed " << seed << " bs " << config.block_size << " blocks " << config.num_blocks
+               << " budget " << config.batch.max_num_batched_tokens);
 
   std::vector<std::vector<int32_t>> prefixes;
   for (int i = 0; i < 3; ++i) prefixes.push_back(testing::RandomPrompt(rng, uniform(4, 24), 60));
@@ -83,8 +83,8 @@ RunStats RandomRun(uint32_t seed, int num_events) {
       p.priority = uniform(-1, 1);
       p.cache_salt = uniform(0, 3) == 0 ? "salt" : "";
       if (uniform(0, 9) == 0) p.deadline = now + std::chrono::milliseconds(uniform(1, 40));
-      const bool fits = static_cast<int32_t>(p.prompt_tokens.size()) + p.stop.max_tokens - 1 <=
-                        usable_slots;
+      const bool fits =
+          static_cast<int32_t>(p.prompt_tokens.size()) + p.stop.max_tokens - 1 <= usable_slots;
       const RequestId id = next_id++;
       RejectReason reason{};
       const absl::Status s = core.AddRequest(id, p, collector.For(id), now, &reason);
@@ -169,10 +169,11 @@ TEST(SchedulerRandomTest, LongRunsKeepEveryInvariant) {
   EXPECT_GT(total.aborted, 10);
   EXPECT_GT(total.expired, 3);
   EXPECT_GT(total.hit_tokens, 100);
-  std::printf("random runs: %lld finished, %lld aborted, %lld expired, %lld preemptions, %lld hit tokens\n",
-              static_cast<long long>(total.finished), static_cast<long long>(total.aborted),
-              static_cast<long long>(total.expired), static_cast<long long>(total.preemptions),
-              static_cast<long long>(total.hit_tokens));
+  std::printf(
+      "random runs: %lld finished, %lld aborted, %lld expired, %lld preemptions, %lld hit tokens\n",
+      static_cast<long long>(total.finished), static_cast<long long>(total.aborted),
+      static_cast<long long>(total.expired), static_cast<long long>(total.preemptions),
+      static_cast<long long>(total.hit_tokens));
 }
 
 }  // namespace

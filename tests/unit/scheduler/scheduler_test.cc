@@ -18,12 +18,12 @@
 namespace kvserve::scheduler {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::Pair;
 using testing::Collector;
+using ::testing::ElementsAre;
 using testing::Greedy;
 using testing::HashModelReference;
 using testing::HashModelRunner;
+using ::testing::Pair;
 
 using Decisions = std::vector<std::pair<RequestId, int32_t>>;
 
@@ -64,7 +64,8 @@ class SchedulerTest : public ::testing::Test {
     Scheduler& s = core_->scheduler();
     const SchedulerOutput out = s.Schedule(now);
     Decisions d;
-    for (const ScheduledRequest& r : out.scheduled) d.emplace_back(r.request->id(), r.num_new_tokens);
+    for (const ScheduledRequest& r : out.scheduled)
+      d.emplace_back(r.request->id(), r.num_new_tokens);
     last_preempted_ = out.num_preempted;
     if (!out.empty()) {
       auto result = runner_->Step(s.BuildStepInput(out));
@@ -81,7 +82,9 @@ class SchedulerTest : public ::testing::Test {
     ASSERT_FALSE(core_->HasUnfinished());
   }
 
-  std::vector<int32_t> Reference(RequestId id) { return HashModelReference(params_[id], vocab_, eos_); }
+  std::vector<int32_t> Reference(RequestId id) {
+    return HashModelReference(params_[id], vocab_, eos_);
+  }
   int32_t BlocksInUse() { return core_->kv().pool().Stats().num_in_use; }
 
   int32_t vocab_ = kVocab;
@@ -109,9 +112,9 @@ TEST_F(SchedulerTest, BudgetChunksPromptsAndServesRunningFirst) {
   Init(Config(/*budget=*/8, /*num_blocks=*/33));
   ASSERT_TRUE(Add(1, NoEos(Seq(0, 10), 3)).ok());
   ASSERT_TRUE(Add(2, NoEos(Seq(20, 3), 3)).ok());
-  EXPECT_THAT(Step(), ElementsAre(Pair(1, 8)));                // chunk of the first prompt
-  EXPECT_THAT(Step(), ElementsAre(Pair(1, 2), Pair(2, 3)));   // rest, then admission
-  EXPECT_THAT(Step(), ElementsAre(Pair(1, 1), Pair(2, 1)));   // decodes
+  EXPECT_THAT(Step(), ElementsAre(Pair(1, 8)));              // chunk of the first prompt
+  EXPECT_THAT(Step(), ElementsAre(Pair(1, 2), Pair(2, 3)));  // rest, then admission
+  EXPECT_THAT(Step(), ElementsAre(Pair(1, 1), Pair(2, 1)));  // decodes
   EXPECT_THAT(Step(), ElementsAre(Pair(1, 1), Pair(2, 1)));
   EXPECT_THAT(Step(), ElementsAre());
   EXPECT_FALSE(core_->HasUnfinished());
@@ -246,7 +249,7 @@ TEST_F(SchedulerTest, VictimIsTheLowestPriorityRequest) {
 
 TEST_F(SchedulerTest, PrefillChunkShrinksToFreeBlocksBeforePreempting) {
   Init(Config(64, /*num_blocks=*/5));
-  ASSERT_TRUE(Add(1, NoEos(Seq(0, 4), 5)).ok());   // 2 blocks at most
+  ASSERT_TRUE(Add(1, NoEos(Seq(0, 4), 5)).ok());  // 2 blocks at most
   EXPECT_THAT(Step(), ElementsAre(Pair(1, 4)));
   ASSERT_TRUE(Add(2, NoEos(Seq(10, 9), 2)).ok());  // 3 blocks at most
   // 1 decodes into a new block; 2 gets the 2 blocks left: 8 of 9 tokens.
@@ -335,7 +338,7 @@ TEST_F(SchedulerTest, DeadlinesExpireWaitingAndRunningRequests) {
   b.deadline = t0 + 2 * sec;
   ASSERT_TRUE(Add(1, a, t0).ok());
   ASSERT_TRUE(Add(2, b, t0).ok());
-  EXPECT_THAT(Step(t0), ElementsAre(Pair(1, 4)));  // 2 waits (budget)
+  EXPECT_THAT(Step(t0), ElementsAre(Pair(1, 4)));            // 2 waits (budget)
   EXPECT_THAT(Step(t0 + 3 * sec), ElementsAre(Pair(1, 1)));  // 2 expired while waiting
   EXPECT_EQ(collector_.results[2].final.finish_reason, FinishReason::kExpired);
   EXPECT_EQ(collector_.results[2].final.status.code(), absl::StatusCode::kDeadlineExceeded);
