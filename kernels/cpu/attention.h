@@ -44,6 +44,11 @@ struct PagedAttentionParams {
   int sliding_window = 0;  // 0: unlimited
 };
 
+// Runs on ActiveIsa(); pool == nullptr runs on the calling thread alone.
+// Results are bit-identical across batch composition, chunking and thread
+// count for a given ISA path; the AVX2 path (vectorised exp, 8-lane dot
+// products) and the scalar path differ in the last bits. There is no AVX-512
+// body: kAvx512 runs the AVX2 one.
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool);
 
 struct WriteKvParams {
@@ -52,7 +57,7 @@ struct WriteKvParams {
   int64_t src_stride = 0;
   float* k_cache = nullptr;
   float* v_cache = nullptr;
-  const int64_t* slot_mapping = nullptr;  // [num_tokens]: block * block_size + offset
+  const int64_t* slot_mapping = nullptr;  // [num_tokens]: block * block_size + offset; < 0: skip
   int num_tokens = 0;
   int num_kv_heads = 0;
   int head_dim = 0;

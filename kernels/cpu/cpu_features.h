@@ -7,10 +7,25 @@ namespace kvserve::kernels {
 
 enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
-// The widest ISA both the CPU and $KVSERVE_CPU_ISA allow. Computed once.
+// The widest ISA both the CPU and $KVSERVE_CPU_ISA allow (computed once), or
+// the ISA a live ScopedIsaOverride sets.
 CpuIsa ActiveIsa();
 // What the CPU supports, ignoring the environment.
 CpuIsa DetectedIsa();
 const char* IsaName(CpuIsa isa);
+
+// Tests: while alive, ActiveIsa() returns min(isa, DetectedIsa()), so every
+// kernel's ISA paths can be compared in one process. Process-wide; create
+// and destroy it on the thread that calls the kernels, with no kernel running.
+class ScopedIsaOverride {
+ public:
+  explicit ScopedIsaOverride(CpuIsa isa);
+  ~ScopedIsaOverride();
+  ScopedIsaOverride(const ScopedIsaOverride&) = delete;
+  ScopedIsaOverride& operator=(const ScopedIsaOverride&) = delete;
+
+ private:
+  int previous_;
+};
 
 }  // namespace kvserve::kernels

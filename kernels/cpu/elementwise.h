@@ -1,5 +1,9 @@
 // Row-wise kernels of a Llama-family layer. Each output row depends only on
-// its own input row, with a reduction order fixed by the row length.
+// its own input row, with a reduction order fixed by the row length and the
+// ISA path (ActiveIsa()): the AVX2 RmsNorm sums squares in 8-lane partial sums
+// and the AVX2 SiluMul uses a vectorised exp, so scalar and AVX2 results
+// differ in the last bits; each is deterministic. pool == nullptr runs on the
+// calling thread.
 #pragma once
 
 #include <cstdint>

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kvserve::kernels {
@@ -21,8 +22,8 @@ namespace kvserve::kernels {
 inline constexpr int64_t kGemmPanelWidth = 16;
 
 struct PackedMatrix {
-  int64_t n = 0;  // output features (rows of W)
-  int64_t k = 0;  // input features
+  int64_t n = 0;       // output features (rows of W)
+  int64_t k = 0;       // input features
   AlignedBuffer data;  // ceil(n / 16) * k * 16 floats
 };
 
@@ -39,6 +40,12 @@ struct GemmParams {
   int64_t m = 0;
 };
 
+// Runs on ActiveIsa(). pool == nullptr runs on the calling thread alone.
+// (The scalar path, for CPUs without AVX2, is correct but slow.)
 void Gemm(const GemmParams& p, ThreadPool* pool);
+
+// Gemm on an explicit ISA path (tests compare paths bit for bit; benchmarks).
+// An isa the CPU lacks falls back to DetectedIsa().
+void GemmWithIsa(const GemmParams& p, CpuIsa isa, ThreadPool* pool);
 
 }  // namespace kvserve::kernels

@@ -3,8 +3,11 @@
 // Kernels split work by output rows/columns/heads, never across a reduction
 // dimension, so results do not depend on the number of threads (DESIGN.md,
 // batch invariance). The calling thread takes part in every ParallelFor.
-// Thread affinity: one ParallelFor at a time per pool; the pool is used by the
-// thread that owns the ModelRunner (the engine loop).
+// Thread affinity: one ParallelFor at a time per pool (a concurrent second
+// call is a bug; it aborts when detected); the pool is used by the thread that
+// owns the ModelRunner (the engine loop). A ParallelFor issued from inside a
+// chunk runs inline on that thread.
+// Idle workers spin ~200 us after each job, then block on a condition variable.
 #pragma once
 
 #include <cstdint>

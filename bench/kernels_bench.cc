@@ -1,0 +1,389 @@
+// kvserve_kernels_bench: CPU kernel speed as ratios to what this machine can
+// do, all measured in the same run:
+//   (a) peak FMA GFLOP/s: register-resident FMA chains on every thread;
+//   (b) copy bandwidth: memcpy of a buffer far larger than L3 on every thread;
+//   (c) GEMM GFLOP/s at prefill shapes, and the ratio to (a);
+//   (d) GEMV (m = 1, decode) bytes of W read per second with W far larger than
+//       L3, and the ratio to (b);
+//   plus ThreadPool dispatch latency and decode attention.
+// No assertions; threads from $KVSERVE_NUM_THREADS, else all hardware threads.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace kvserve::kernels {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Clocks. Wall time is what a user sees; on a machine shared with other
+// processes it also counts time the kernel was descheduled. The calling
+// thread's CPU time does not, so single-thread figures use it as well.
+enum class Timer { kWall, kThreadCpu };
+
+double Now(Timer timer) {
+  if (timer == Timer::kWall) {
+    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  }
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Best (minimum) time of fn over `reps` runs after one warm-up. Interference
+// only ever slows a run down, so the minimum estimates what the hardware does.
+double BestTime(int reps, const std::function<void()>& fn, Timer timer = Timer::kWall) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = Now(timer);
+    fn();
+    best = std::min(best, Now(timer) - t0);
+  }
+  return best;
+}
+
+// Runs fn(thread_index) on `threads` std::threads at once (the measurements
+// of machine limits do not go through the pool under test).
+void OnAllThreads(int threads, const std::function<void(int)>& fn) {
+  std::vector<std::thread> ts;
+  for (int t = 1; t < threads; ++t) ts.emplace_back(fn, t);
+  fn(0);
+  for (auto& t : ts) t.join();
+}
+
+// ---- (a) peak FMA --------------------------------------------------------
+
+// Independent accumulator chains in fixed registers (inline asm, so the
+// compiler can neither spill nor drop them): 12 ymm chains cover FMA latency x
+// throughput on AVX2 cores (4 cycles x 2 pipes = 8 needed); 24 zmm chains
+// for AVX-512. Each iteration is one FMA per chain.
+#define KVSERVE_FMA12(r)                                                                \
+  "vfmadd231ps %%" r "14, %%" r "15, %%" r                                              \
+  "0\n"                                                                                 \
+  "vfmadd231ps %%" r "14, %%" r "15, %%" r "1\n vfmadd231ps %%" r "14, %%" r "15, %%" r \
+  "2\n"                                                                                 \
+  "vfmadd231ps %%" r "14, %%" r "15, %%" r "3\n vfmadd231ps %%" r "14, %%" r "15, %%" r \
+  "4\n"                                                                                 \
+  "vfmadd231ps %%" r "14, %%" r "15, %%" r "5\n vfmadd231ps %%" r "14, %%" r "15, %%" r \
+  "6\n"                                                                                 \
+  "vfmadd231ps %%" r "14, %%" r "15, %%" r "7\n vfmadd231ps %%" r "14, %%" r "15, %%" r \
+  "8\n"                                                                                 \
+  "vfmadd231ps %%" r "14, %%" r "15, %%" r "9\n vfmadd231ps %%" r "14, %%" r "15, %%" r \
+  "10\n"                                                                                \
+  "vfmadd231ps %%" r "14, %%" r "15, %%" r "11\n"
+
+__attribute__((target("avx2,fma"))) void FmaLoopAvx2(int64_t iters) {
+  const float small = 1e-3f;
+  __asm__ volatile(
+      "vbroadcastss %1, %%ymm14\n vbroadcastss %1, %%ymm15\n"
+      "vxorps %%ymm0, %%ymm0, %%ymm0\n vxorps %%ymm1, %%ymm1, %%ymm1\n"
+      "vxorps %%ymm2, %%ymm2, %%ymm2\n vxorps %%ymm3, %%ymm3, %%ymm3\n"
+      "vxorps %%ymm4, %%ymm4, %%ymm4\n vxorps %%ymm5, %%ymm5, %%ymm5\n"
+      "vxorps %%ymm6, %%ymm6, %%ymm6\n vxorps %%ymm7, %%ymm7, %%ymm7\n"
+      "vxorps %%ymm8, %%ymm8, %%ymm8\n vxorps %%ymm9, %%ymm9, %%ymm9\n"
+      "vxorps %%ymm10, %%ymm10, %%ymm10\n vxorps %%ymm11, %%ymm11, %%ymm11\n"
+      "1:\n" KVSERVE_FMA12("ymm") "dec %0\n jnz 1b\n vzeroupper\n"
+      : "+r"(iters)
+      : "m"(small)
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm14", "xmm15", "cc");
+}
+constexpr double kFlopsPerIterAvx2 = 12 * 8 * 2;
+
+__attribute__((target("avx512f"))) void FmaLoopAvx512(int64_t iters) {
+  const float small = 1e-3f;
+  __asm__ volatile(
+      "vbroadcastss %1, %%zmm14\n vbroadcastss %1, %%zmm15\n"
+      "vpxord %%zmm0, %%zmm0, %%zmm0\n vmovaps %%zmm0, %%zmm1\n vmovaps %%zmm0, %%zmm2\n"
+      "vmovaps %%zmm0, %%zmm3\n vmovaps %%zmm0, %%zmm4\n vmovaps %%zmm0, %%zmm5\n"
+      "vmovaps %%zmm0, %%zmm6\n vmovaps %%zmm0, %%zmm7\n vmovaps %%zmm0, %%zmm8\n"
+      "vmovaps %%zmm0, %%zmm9\n vmovaps %%zmm0, %%zmm10\n vmovaps %%zmm0, %%zmm11\n"
+      "vmovaps %%zmm0, %%zmm16\n vmovaps %%zmm0, %%zmm17\n vmovaps %%zmm0, %%zmm18\n"
+      "vmovaps %%zmm0, %%zmm19\n vmovaps %%zmm0, %%zmm20\n vmovaps %%zmm0, %%zmm21\n"
+      "vmovaps %%zmm0, %%zmm22\n vmovaps %%zmm0, %%zmm23\n vmovaps %%zmm0, %%zmm24\n"
+      "vmovaps %%zmm0, %%zmm25\n vmovaps %%zmm0, %%zmm26\n vmovaps %%zmm0, %%zmm27\n"
+      "1:\n" KVSERVE_FMA12("zmm")
+      "vfmadd231ps %%zmm14, %%zmm15, %%zmm16\n vfmadd231ps %%zmm14, %%zmm15, %%zmm17\n"
+      "vfmadd231ps %%zmm14, %%zmm15, %%zmm18\n vfmadd231ps %%zmm14, %%zmm15, %%zmm19\n"
+      "vfmadd231ps %%zmm14, %%zmm15, %%zmm20\n vfmadd231ps %%zmm14, %%zmm15, %%zmm21\n"
+      "vfmadd231ps %%zmm14, %%zmm15, %%zmm22\n vfmadd231ps %%zmm14, %%zmm15, %%zmm23\n"
+      "vfmadd231ps %%zmm14, %%zmm15, %%zmm24\n vfmadd231ps %%zmm14, %%zmm15, %%zmm25\n"
+      "vfmadd231ps %%zmm14, %%zmm15, %%zmm26\n vfmadd231ps %%zmm14, %%zmm15, %%zmm27\n"
+      "dec %0\n jnz 1b\n vzeroupper\n"
+      : "+r"(iters)
+      : "m"(small)
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
+        "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "cc");
+}
+#undef KVSERVE_FMA12
+constexpr double kFlopsPerIterAvx512 = 24 * 16 * 2;
+
+float FmaLoopScalar(int64_t iters) {
+  float a[8];
+  for (int i = 0; i < 8; ++i) a[i] = 0.001f * static_cast<float>(i);
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 8; ++i) a[i] = std::fma(a[i], 0.999999f, 1e-7f);
+  }
+  return a[0] + a[7];
+}
+constexpr double kFlopsPerIterScalar = 8 * 2;
+
+struct Peak {
+  double wall;  // all threads at once, by wall time
+  double cpu;   // the sum of each thread's rate by its own CPU time
+};
+
+// All threads run the FMA loop together, 15 times. By wall time, a run counts
+// only when no thread was descheduled; by CPU time, each thread's own best
+// run counts, which a busy machine disturbs far less.
+Peak PeakGflops(CpuIsa isa, int threads) {
+  const int64_t iters = isa == CpuIsa::kScalar ? 2'000'000 : 10'000'000;
+  const double flops = static_cast<double>(iters) * (isa == CpuIsa::kAvx512 ? kFlopsPerIterAvx512
+                                                     : isa == CpuIsa::kAvx2 ? kFlopsPerIterAvx2
+                                                                            : kFlopsPerIterScalar);
+  std::vector<float> sink(threads);
+  std::vector<double> best_cpu(threads, 1e30);
+  auto body = [&](int i) {
+    const double t0 = Now(Timer::kThreadCpu);
+    if (isa == CpuIsa::kAvx512) {
+      FmaLoopAvx512(iters);
+    } else if (isa == CpuIsa::kAvx2) {
+      FmaLoopAvx2(iters);
+    } else {
+      sink[i] = FmaLoopScalar(iters);
+    }
+    best_cpu[i] = std::min(best_cpu[i], Now(Timer::kThreadCpu) - t0);
+  };
+  const double wall = BestTime(15, [&] { OnAllThreads(threads, body); });
+  Peak peak{flops * threads / wall / 1e9, 0.0};
+  for (double t : best_cpu) peak.cpu += flops / t / 1e9;
+  return peak;
+}
+
+// ---- (b) copy bandwidth ---------------------------------------------------
+
+// Returns bytes copied per second (each byte is read once and written once).
+// Returns bytes copied per second (each byte is read once and written once).
+// One thread is timed by its CPU time, several by wall time.
+double CopyBytesPerSecond(int threads, size_t bytes) {
+  AlignedBuffer src(bytes / sizeof(float)), dst(bytes / sizeof(float));
+  std::memset(src.data(), 1, bytes);
+  std::memset(dst.data(), 2, bytes);  // fault the pages in before timing
+  const size_t per_thread = bytes / threads / 64 * 64;
+  auto copy = [&](int i) {
+    std::memcpy(reinterpret_cast<char*>(dst.data()) + i * per_thread,
+                reinterpret_cast<const char*>(src.data()) + i * per_thread, per_thread);
+  };
+  const double t = threads == 1 ? BestTime(
+                                      8, [&] { copy(0); }, Timer::kThreadCpu)
+                                : BestTime(8, [&] { OnAllThreads(threads, copy); });
+  return static_cast<double>(per_thread * threads) / t;
+}
+
+// ---- (c) GEMM, (d) GEMV ------------------------------------------------------
+
+std::vector<float> Random(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+double GemmGflops(int64_t m, int64_t n, int64_t k, ThreadPool* pool, Timer timer = Timer::kWall) {
+  std::vector<float> w = Random(n * k, 1), x = Random(m * k, 2), bias = Random(n, 3);
+  PackedMatrix packed = PackWeights(w.data(), n, k);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  GemmParams p{x.data(), k, &packed, bias.data(), y.data(), n, m};
+  double flops = 2.0 * m * n * k;
+  // Many short runs: on a shared machine some of them run undisturbed.
+  int reps = std::max(20, static_cast<int>(2e10 / flops));
+  double t = BestTime(
+      reps, [&] { Gemm(p, pool); }, timer);
+  return flops / t / 1e9;
+}
+
+// m = 1 over `count` distinct n x k matrices in turn (their total far beyond
+// L3, as the layers of a model are); returns bytes of W read per second.
+double GemvBytesPerSecond(int64_t n, int64_t k, int count, ThreadPool* pool,
+                          Timer timer = Timer::kWall) {
+  std::vector<float> w = Random(n * k, 4), x = Random(k, 5);
+  std::vector<PackedMatrix> mats(count);
+  for (PackedMatrix& mat : mats) mat = PackWeights(w.data(), n, k);
+  std::vector<float> y(static_cast<size_t>(n));
+  double t = BestTime(
+      5,
+      [&] {
+        for (const PackedMatrix& mat : mats) {
+          GemmParams p{x.data(), k, &mat, nullptr, y.data(), n, 1};
+          Gemm(p, pool);
+        }
+      },
+      timer);
+  double bytes = static_cast<double>(mats[0].data.size()) * sizeof(float) * count;
+  return bytes / t;
+}
+
+// ParallelFor cost when every thread takes part: each thread's chunk busy-waits
+// 5 us, so a call takes 5 us plus the dispatch and join overhead (best of
+// many calls; a call whose workers were asleep or descheduled takes longer).
+double DispatchOverheadMicros(ThreadPool* pool) {
+  constexpr double kWork = 5e-6;
+  auto spin = [](int64_t, int64_t) {
+    const double t0 = Now(Timer::kWall);
+    while (Now(Timer::kWall) - t0 < kWork) {
+    }
+  };
+  double best = 1e30;
+  for (int i = 0; i < 20000; ++i) {
+    const double t0 = Now(Timer::kWall);
+    pool->ParallelFor(pool->num_threads(), 1, spin);
+    best = std::min(best, Now(Timer::kWall) - t0);
+  }
+  return (best - kWork) * 1e6;
+}
+
+// Decode attention: `seqs` sequences of `ctx` cached tokens, one query each.
+// Returns bytes of K and V read per second.
+double DecodeAttentionBytesPerSecond(int seqs, int ctx, ThreadPool* pool) {
+  const int heads = 9, kv_heads = 3, dim = 64, bs = 16;
+  const int blocks_per_seq = (ctx + bs - 1) / bs;
+  const int64_t num_blocks = static_cast<int64_t>(seqs) * blocks_per_seq;
+  AlignedBuffer k(num_blocks * kv_heads * bs * dim), v(num_blocks * kv_heads * bs * dim);
+  std::vector<float> fill = Random(1 << 16, 6);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = v[i] = fill[i & 0xffff];
+  std::vector<int32_t> starts, ids, tok_seq, tok_pos;
+  for (int s = 0; s < seqs; ++s) {
+    starts.push_back(static_cast<int32_t>(ids.size()));
+    for (int b = 0; b < blocks_per_seq; ++b) ids.push_back(s * blocks_per_seq + b);
+    tok_seq.push_back(s);
+    tok_pos.push_back(ctx - 1);
+  }
+  starts.push_back(static_cast<int32_t>(ids.size()));
+  std::vector<float> q = Random(static_cast<int64_t>(seqs) * heads * dim, 7);
+  std::vector<float> out(q.size());
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.q_stride = static_cast<int64_t>(heads) * dim;
+  p.out = out.data();
+  p.k_cache = k.data();
+  p.v_cache = v.data();
+  p.num_tokens = seqs;
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = dim;
+  p.block_size = bs;
+  p.token_seq = tok_seq.data();
+  p.token_pos = tok_pos.data();
+  p.block_table_start = starts.data();
+  p.block_ids = ids.data();
+  p.scale = 0.125f;
+  double t = BestTime(5, [&] { PagedAttention(p, pool); });
+  return 2.0 * seqs * ctx * kv_heads * dim * sizeof(float) / t;
+}
+
+int Main() {
+  ThreadPool& pool = ThreadPool::Default();
+  const int threads = pool.num_threads();
+  const CpuIsa isa = ActiveIsa();
+  std::printf("kvserve kernels bench: isa=%s (detected %s), threads=%d\n", IsaName(isa),
+              IsaName(DetectedIsa()), threads);
+  std::printf("Every figure is the best of many runs; ratios are to rooflines measured here.\n");
+  std::printf(
+      "Columns '1 thread' time one thread by its own CPU time, which stays\n"
+      "meaningful when other processes share the machine.\n");
+
+  const Peak peak_all = PeakGflops(isa, threads);
+  const Peak peak_one = PeakGflops(isa, 1);
+  // The larger estimate of what the hardware does is the stricter denominator.
+  const double peak = std::max(peak_all.wall, peak_all.cpu);
+  const double peak1 = peak_one.cpu;
+  const size_t copy_bytes = size_t{512} << 20;
+  const double copy = CopyBytesPerSecond(threads, copy_bytes);
+  const double copy1 = CopyBytesPerSecond(1, copy_bytes);
+  std::printf(
+      "\n(a) peak FMA       %7.1f GFLOP/s, %d threads (wall %.1f, per-thread CPU time %.1f)\n"
+      "                   %7.1f GFLOP/s, 1 thread\n",
+      peak, threads, peak_all.wall, peak_all.cpu, peak1);
+  std::printf(
+      "(b) copy bandwidth %7.2f GB/s, %d threads; %.2f GB/s, 1 thread\n"
+      "                   (bytes memcpy'd per second, %zu MiB; DRAM traffic is twice that)\n",
+      copy / 1e9, threads, copy1 / 1e9, copy_bytes >> 20);
+  std::printf("    ParallelFor overhead, all threads taking part: %.2f us/call\n",
+              DispatchOverheadMicros(&pool));
+
+  std::printf("\n(c) GEMM y = x W^T + b, prefill shapes\n");
+  std::printf("    %5s %5s %5s | %-17s | %-17s\n", "", "", "", "all threads", "1 thread");
+  std::printf("    %5s %5s %5s | %8s %8s | %8s %8s\n", "m", "k", "n", "GFLOP/s", "of (a)",
+              "GFLOP/s", "of (a)");
+  const int64_t shapes[][2] = {{576, 1536}, {576, 576}, {576, 192}, {1536, 576}};
+  double worst_gemm = 1e30, worst_gemm1 = 1e30;
+  for (int64_t m : {256, 512}) {
+    for (const auto& kn : shapes) {
+      const double g = GemmGflops(m, kn[1], kn[0], &pool);
+      const double g1 = GemmGflops(m, kn[1], kn[0], nullptr, Timer::kThreadCpu);
+      worst_gemm = std::min(worst_gemm, g / peak);
+      worst_gemm1 = std::min(worst_gemm1, g1 / peak1);
+      std::printf("    %5ld %5ld %5ld | %8.1f %7.1f%% | %8.1f %7.1f%%\n", static_cast<long>(m),
+                  static_cast<long>(kn[0]), static_cast<long>(kn[1]), g, 100 * g / peak, g1,
+                  100 * g1 / peak1);
+    }
+  }
+
+  std::printf("\n(d) GEMV m=1 (decode): bytes of W read per second, W >> L3\n");
+  std::printf("    %-28s | %-17s | %-17s\n", "", "all threads", "1 thread");
+  std::printf("    %-28s | %8s %8s | %8s %8s\n", "W", "GB/s", "of (b)", "GB/s", "of (b)");
+  struct GemvCase {
+    const char* name;
+    int64_t n, k;
+    int count;
+  } cases[] = {{"64 distinct 1536x576 (226MB)", 1536, 576, 64},
+               {"64 distinct 576x1536 (226MB)", 576, 1536, 64},
+               {"one 8192x4096 (134MB)", 8192, 4096, 1}};
+  double worst_gemv = 1e30, worst_gemv1 = 1e30;
+  for (const GemvCase& c : cases) {
+    const double b = GemvBytesPerSecond(c.n, c.k, c.count, &pool);
+    const double b1 = GemvBytesPerSecond(c.n, c.k, c.count, nullptr, Timer::kThreadCpu);
+    worst_gemv = std::min(worst_gemv, b / copy);
+    worst_gemv1 = std::min(worst_gemv1, b1 / copy1);
+    std::printf("    %-28s | %8.2f %7.1f%% | %8.2f %7.1f%%\n", c.name, b / 1e9, 100 * b / copy,
+                b1 / 1e9, 100 * b1 / copy1);
+  }
+
+  std::printf("\n    decode PagedAttention, 16 seqs, 9 heads / 3 kv heads, d=64, block 16\n");
+  for (int ctx : {512, 4096}) {
+    const double b = DecodeAttentionBytesPerSecond(16, ctx, &pool);
+    std::printf("    context %4d: %6.2f GB/s of K+V read (%.1f%% of (b))\n", ctx, b / 1e9,
+                100 * b / copy);
+  }
+
+  std::printf(
+      "\nsummary (target GEMM >= 50%% of peak, GEMV >= 60%% of copy bandwidth):\n"
+      "  all threads: GEMM worst %.1f%%, GEMV worst %.1f%%\n"
+      "  1 thread:    GEMM worst %.1f%%, GEMV worst %.1f%%\n",
+      100 * worst_gemm, 100 * worst_gemv, 100 * worst_gemm1, 100 * worst_gemv1);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvserve::kernels
+
+int main() { return kvserve::kernels::Main(); }

@@ -1,0 +1,306 @@
+#include "kernels/cpu/attention.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cpu/avx2_math.h"
+#include "kernels/cpu/cpu_features.h"
+
+namespace kvserve::kernels {
+namespace {
+
+constexpr int kTile = kAttentionKeyTile;
+// Query heads of one kv head handled in one pass, so a key tile loaded for the
+// first head is still in L1 for the others. Each head's arithmetic is the
+// same whatever the grouping.
+constexpr int kMaxHeadsPerPass = 8;
+
+// ---- Per-tile primitives. Each ISA implements the same three, each with a
+// fixed operation order of its own. ----
+
+struct ScalarOps {
+  // s[j] = dot(q, keys[j]) * scale
+  static void Scores(const float* q, const float* const* keys, int n, int dim, float scale,
+                     float* s) {
+    for (int j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int d = 0; d < dim; ++d) acc += q[d] * keys[j][d];
+      s[j] = acc * scale;
+    }
+  }
+  // Online-softmax step over one tile: *m <- max(*m, max s), s[j] <- exp(s[j] - *m),
+  // *corr <- exp(m_old - *m) (0 while m_old is -inf); returns sum_j s[j].
+  static float Softmax(float* s, int n, float* m, float* corr) {
+    float tile_max = s[0];
+    for (int j = 1; j < n; ++j) tile_max = std::max(tile_max, s[j]);
+    const float new_m = std::max(*m, tile_max);
+    *corr = std::exp(*m - new_m);
+    *m = new_m;
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - new_m));
+    return sum;
+  }
+  // out = out * corr + sum_j w[j] * vals[j], j in order.
+  static void Accumulate(float* out, float corr, const float* w, const float* const* vals, int n,
+                         int dim) {
+    for (int d = 0; d < dim; ++d) out[d] *= corr;
+    for (int j = 0; j < n; ++j) {
+      const float* v = vals[j];
+      const float wj = w[j];
+      for (int d = 0; d < dim; ++d) out[d] += wj * v[d];
+    }
+  }
+};
+
+// s[j] = dot(q, keys[j]) * scale, four keys at a time: per key two 8-lane
+// FMA chains over d, then one shared horizontal reduction. A missing fourth
+// key is a copy of a real one whose result is dropped, so every key's
+// arithmetic is the same wherever it falls in the tile.
+__attribute__((target("avx2,fma"))) void ScoresAvx2(const float* q, const float* const* keys, int n,
+                                                    int dim, float scale, float* s) {
+  for (int j = 0; j < n; j += 4) {
+    const float* k[4];
+    for (int i = 0; i < 4; ++i) k[i] = keys[j + i < n ? j + i : j];
+    __m256 a[4][2];
+    for (int i = 0; i < 4; ++i) a[i][0] = a[i][1] = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= dim; d += 16) {
+      const __m256 q0 = _mm256_loadu_ps(q + d), q1 = _mm256_loadu_ps(q + d + 8);
+      for (int i = 0; i < 4; ++i) {
+        a[i][0] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k[i] + d), a[i][0]);
+        a[i][1] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k[i] + d + 8), a[i][1]);
+      }
+    }
+    if (d + 8 <= dim) {
+      const __m256 q0 = _mm256_loadu_ps(q + d);
+      for (int i = 0; i < 4; ++i) a[i][0] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k[i] + d), a[i][0]);
+      d += 8;
+    }
+    // hadd(hadd(s0, s1), hadd(s2, s3)) holds each key's two 4-lane half sums.
+    const __m256 h = _mm256_hadd_ps(
+        _mm256_hadd_ps(_mm256_add_ps(a[0][0], a[0][1]), _mm256_add_ps(a[1][0], a[1][1])),
+        _mm256_hadd_ps(_mm256_add_ps(a[2][0], a[2][1]), _mm256_add_ps(a[3][0], a[3][1])));
+    alignas(16) float dot[4];
+    _mm_store_ps(dot, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    for (int i = 0; i < 4 && j + i < n; ++i) {
+      float sum = dot[i];
+      for (int e = d; e < dim; ++e) sum = std::fma(q[e], k[i][e], sum);
+      s[j + i] = sum * scale;
+    }
+  }
+}
+
+// As ScalarOps::Softmax. s has kTile slots; those past n are set to -inf so
+// that whole vectors can be used (their weights come out 0). The max is exact
+// in any order; the sum adds the vectors in order, then the lanes.
+__attribute__((target("avx2,fma"))) float SoftmaxAvx2(float* s, int n, float* m, float* corr) {
+  const int vecs = (n + 7) / 8;
+  for (int j = n; j < vecs * 8; ++j) s[j] = -std::numeric_limits<float>::infinity();
+  __m256 vmax = _mm256_loadu_ps(s);
+  for (int64_t v = 1; v < vecs; ++v) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + 8 * v));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const float new_m = std::max(*m, _mm_cvtss_f32(h));
+  *corr = _mm256_cvtss_f32(internal::Exp256(_mm256_set1_ps(*m - new_m)));
+  *m = new_m;
+  const __m256 vm = _mm256_set1_ps(new_m);
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t v = 0; v < vecs; ++v) {
+    const __m256 e = internal::Exp256(_mm256_sub_ps(_mm256_loadu_ps(s + 8 * v), vm));
+    _mm256_storeu_ps(s + 8 * v, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  return internal::HorizontalSum256(sum);
+}
+
+// out[0, 8 * kVecs) = out * corr + sum_j w[j] * vals[j], the columns held in
+// registers across the tile's keys (kVecs independent FMA chains).
+template <int kVecs>
+__attribute__((target("avx2,fma"))) inline void AccumulateColumnsAvx2(float* out, __m256 corr,
+                                                                      const float* w,
+                                                                      const float* const* vals,
+                                                                      int n) {
+  __m256 o[kVecs];
+  for (int64_t c = 0; c < kVecs; ++c) o[c] = _mm256_mul_ps(_mm256_loadu_ps(out + 8 * c), corr);
+  for (int j = 0; j < n; ++j) {
+    const __m256 wj = _mm256_broadcast_ss(w + j);
+    for (int64_t c = 0; c < kVecs; ++c) {
+      o[c] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vals[j] + 8 * c), o[c]);
+    }
+  }
+  for (int64_t c = 0; c < kVecs; ++c) _mm256_storeu_ps(out + 8 * c, o[c]);
+}
+
+// Each output column gets the same operations whichever chunk it falls in.
+__attribute__((target("avx2,fma"))) void AccumulateAvx2(float* out, float corr, const float* w,
+                                                        const float* const* vals, int n, int dim) {
+  const __m256 vc = _mm256_set1_ps(corr);
+  const float* vrow[kTile];
+  int d = 0;
+  for (; d + 64 <= dim; d += 64) {
+    for (int j = 0; j < n; ++j) vrow[j] = vals[j] + d;
+    AccumulateColumnsAvx2<8>(out + d, vc, w, vrow, n);
+  }
+  for (; d + 8 <= dim; d += 8) {
+    for (int j = 0; j < n; ++j) vrow[j] = vals[j] + d;
+    AccumulateColumnsAvx2<1>(out + d, vc, w, vrow, n);
+  }
+  for (; d < dim; ++d) {
+    float o = out[d] * corr;
+    for (int j = 0; j < n; ++j) o = std::fma(w[j], vals[j][d], o);
+    out[d] = o;
+  }
+}
+
+struct Avx2Ops {
+  static void Scores(const float* q, const float* const* keys, int n, int dim, float scale,
+                     float* s) {
+    ScoresAvx2(q, keys, n, dim, scale, s);
+  }
+  static float Softmax(float* s, int n, float* m, float* corr) {
+    return SoftmaxAvx2(s, n, m, corr);
+  }
+  static void Accumulate(float* out, float corr, const float* w, const float* const* vals, int n,
+                         int dim) {
+    AccumulateAvx2(out, corr, w, vals, n, dim);
+  }
+};
+
+// Query heads [head, head + count) of token t, all of kv head `kv_head`.
+//
+// Keys lo..pos are visited in tiles [32 i, 32 i + 32) of absolute positions,
+// clipped to lo..pos; the first and last tile may be partial:
+//
+//   positions  0 ........ 31 | 32 ........ 63 | 64 ... pos
+//                      lo ^^^|^^^^^^^^^^^^^^^^|^^^^^^^^^^
+//
+// Per tile: scores, running max m, correction exp(m_old - m), weights
+// exp(s - m), running sum l, out = out * corr + sum w v. Finally out /= l.
+template <class Ops>
+void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, int count) {
+  const int dim = p.head_dim;
+  const int bs = p.block_size;
+  const int pos = p.token_pos[t];
+  const int lo = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+  const int32_t* blocks = p.block_ids + p.block_table_start[p.token_seq[t]];
+
+  float m[kMaxHeadsPerPass], l[kMaxHeadsPerPass];
+  for (int g = 0; g < count; ++g) {
+    m[g] = -std::numeric_limits<float>::infinity();
+    l[g] = 0.0f;
+    std::memset(p.out + (static_cast<int64_t>(t) * p.num_heads + head + g) * dim, 0,
+                sizeof(float) * dim);
+  }
+
+  // Walks keys lo..pos in order, yielding each key's row in the cache.
+  struct Cursor {
+    const PagedAttentionParams& p;
+    const int32_t* blocks;
+    int kv_head, block, offset;
+    int64_t Next() {
+      const int64_t row =
+          (static_cast<int64_t>(blocks[block]) * p.num_kv_heads + kv_head) * p.block_size + offset;
+      if (++offset == p.block_size) {
+        offset = 0;
+        ++block;
+      }
+      return row;
+    }
+  };
+  Cursor cursor{p, blocks, kv_head, lo / bs, lo % bs};
+
+  const float* keys[kTile];
+  const float* vals[kTile];
+  alignas(32) float s[kTile];
+  for (int tile = lo / kTile * kTile; tile <= pos; tile += kTile) {
+    const int j0 = std::max(lo, tile);
+    const int n = std::min(pos + 1, tile + kTile) - j0;
+    for (int i = 0; i < n; ++i) {
+      const int64_t row = cursor.Next();
+      keys[i] = p.k_cache + row * dim;
+      vals[i] = p.v_cache + row * dim;
+    }
+    // The next tile's rows (all attended) sit in scattered blocks that the
+    // hardware prefetcher does not follow; ask for them while this tile runs.
+    Cursor ahead = cursor;
+    for (int j = tile + kTile; j < std::min(pos + 1, tile + 2 * kTile); ++j) {
+      const int64_t offset = ahead.Next() * dim;
+      for (int d = 0; d < dim; d += 16) {
+        __builtin_prefetch(p.k_cache + offset + d);
+        __builtin_prefetch(p.v_cache + offset + d);
+      }
+    }
+    for (int g = 0; g < count; ++g) {
+      const float* q =
+          p.q + static_cast<int64_t>(t) * p.q_stride + static_cast<int64_t>(head + g) * dim;
+      float* out = p.out + (static_cast<int64_t>(t) * p.num_heads + head + g) * dim;
+      Ops::Scores(q, keys, n, dim, p.scale, s);
+      float corr;
+      const float sum = Ops::Softmax(s, n, &m[g], &corr);
+      l[g] = l[g] * corr + sum;
+      Ops::Accumulate(out, corr, s, vals, n, dim);
+    }
+  }
+  for (int g = 0; g < count; ++g) {
+    float* out = p.out + (static_cast<int64_t>(t) * p.num_heads + head + g) * dim;
+    const float inv = 1.0f / l[g];
+    for (int d = 0; d < dim; ++d) out[d] *= inv;
+  }
+}
+
+template <class Ops>
+void AttendItems(const PagedAttentionParams& p, int64_t begin, int64_t end) {
+  const int group = p.num_heads / p.num_kv_heads;
+  for (int64_t i = begin; i < end;) {
+    const int t = static_cast<int>(i / p.num_heads);
+    const int head = static_cast<int>(i % p.num_heads);
+    const int kv_head = head / group;
+    const int64_t count =
+        std::min<int64_t>({(kv_head + 1) * group - head, end - i, kMaxHeadsPerPass});
+    AttendHeads<Ops>(p, t, kv_head, head, static_cast<int>(count));
+    i += count;
+  }
+}
+
+}  // namespace
+
+void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool) {
+  const CpuIsa isa = ActiveIsa();
+  const int64_t items = static_cast<int64_t>(p.num_tokens) * p.num_heads;
+  if (items <= 0) return;
+  auto body = [&](int64_t b, int64_t e) {
+    if (isa >= CpuIsa::kAvx2) {
+      AttendItems<Avx2Ops>(p, b, e);
+    } else {
+      AttendItems<ScalarOps>(p, b, e);
+    }
+  };
+  if (pool == nullptr) {
+    body(0, items);
+  } else {
+    pool->ParallelFor(items, 1, body);
+  }
+}
+
+void WriteKvCache(const WriteKvParams& p) {
+  const size_t row_bytes = sizeof(float) * p.head_dim;
+  for (int t = 0; t < p.num_tokens; ++t) {
+    const int64_t slot = p.slot_mapping[t];
+    if (slot < 0) continue;
+    const int64_t block = slot / p.block_size, offset = slot % p.block_size;
+    for (int h = 0; h < p.num_kv_heads; ++h) {
+      const int64_t src =
+          static_cast<int64_t>(t) * p.src_stride + static_cast<int64_t>(h) * p.head_dim;
+      const int64_t dst = ((block * p.num_kv_heads + h) * p.block_size + offset) * p.head_dim;
+      std::memcpy(p.k_cache + dst, p.k + src, row_bytes);
+      std::memcpy(p.v_cache + dst, p.v + src, row_bytes);
+    }
+  }
+}
+
+}  // namespace kvserve::kernels

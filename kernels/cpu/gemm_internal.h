@@ -1,0 +1,42 @@
+// Internal to kernels/cpu: the per-ISA GEMM bodies that Gemm() dispatches to.
+// Each computes y for all m rows and the column panels [panel_begin,
+// panel_end) of p.w, with the per-element FMA order of gemm.h; they differ only
+// in speed, never in results.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/gemm.h"
+
+namespace kvserve::kernels::internal {
+
+// Tile shapes of the vector bodies (see gemm_microkernel_inl.h). Shared with
+// the tests, which run the AVX-512 tiling through emulated 16-lane vectors on
+// machines without AVX-512.
+struct Avx2Tiling {
+  // 16 ymm registers: 6 rows x 1 panel = 12 accumulators + 2 weights + 1 broadcast.
+  static constexpr int kMainRows = 6;
+  static constexpr int kMainPanels = 1;
+  // k-steps per block: 256 x 64 B of weights (16 KiB) stay in L1 across row tiles.
+  static constexpr int64_t kKBlock = 256;
+  // Fewer rows: more panels at once, for enough independent FMA chains.
+  static constexpr int RemPanels(int rows) {
+    return rows == 1 ? 4 : rows == 2 ? 3 : rows == 3 ? 2 : 1;
+  }
+};
+
+struct Avx512Tiling {
+  // 32 zmm registers: 12 rows x 2 panels = 24 accumulators + 2 weights + 1 broadcast.
+  static constexpr int kMainRows = 12;
+  static constexpr int kMainPanels = 2;
+  // k-steps per block: 128 x 2 x 64 B of weights (16 KiB) stay in L1.
+  static constexpr int64_t kKBlock = 128;
+  // Up to 24 accumulators for the leftover rows.
+  static constexpr int RemPanels(int rows) { return rows <= 6 ? 4 : rows <= 8 ? 3 : 2; }
+};
+
+void GemmPanelsScalar(const GemmParams& p, int64_t panel_begin, int64_t panel_end);
+void GemmPanelsAvx2(const GemmParams& p, int64_t panel_begin, int64_t panel_end);
+void GemmPanelsAvx512(const GemmParams& p, int64_t panel_begin, int64_t panel_end);
+
+}  // namespace kvserve::kernels::internal

@@ -1,0 +1,202 @@
+// Internal to kernels/cpu: the register-tiled GEMM body shared by the AVX2 and
+// AVX-512 translation units. Each includes this file inside its
+// `#pragma GCC target` region after defining a vector-ops struct `Ops`:
+//   V, kLanes (8 or 16), Zero(), Load(), LoadU(), Broadcast(),
+//   Fma(a, b, c) = a*b+c with one rounding, Add(), StoreU(),
+//   kMainRows, kMainPanels, kKBlock, RemPanels(rows).
+// It must include nothing itself (standard headers come before the pragma).
+//
+// Tiling: a tile is MR rows x NP panels (NP*16 columns), one accumulator
+// vector per (row, 16/kLanes slice). Every accumulator runs its FMAs in order
+// kk = 0..k-1 starting from zero and the bias is added last. K-blocking only
+// parks an accumulator in memory between blocks (a float round trip is
+// exact), so tile shapes, blocking and ISA change speed, never a bit of y.
+
+namespace {
+
+// Rows of x kept in L2 while a thread sweeps its column panels.
+constexpr int64_t kRowBlockBytes = 192 * 1024;
+// Row tiles per row block at most (bounds the stack accumulator buffer).
+constexpr int64_t kMaxRowTilesPerBlock = 32;
+
+// acc = (acc_in ? acc_in : 0) + x[0..MR) . w over kc steps, then written to
+// `out` (row stride ldo): whole when cols == NP * 16, else the first `cols`
+// columns. bias (nullable) is added on the way out; it is only passed for the
+// last k-block.
+template <class Ops, int MR, int NP>
+inline void Tile(const float* x, int64_t ldx, const float* w, int64_t panel_floats, int64_t kc,
+                 const float* acc_in, float* out, int64_t ldo, const float* bias, int64_t cols) {
+  using V = typename Ops::V;
+  constexpr int kVecPerPanel = 16 / Ops::kLanes;
+  constexpr int kVecs = NP * kVecPerPanel;
+  constexpr int kWidth = NP * 16;
+  V acc[MR][kVecs];
+#pragma GCC unroll 32
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 32
+    for (int j = 0; j < kVecs; ++j) {
+      acc[r][j] =
+          acc_in == nullptr ? Ops::Zero() : Ops::LoadU(acc_in + r * kWidth + j * Ops::kLanes);
+    }
+  }
+
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    V wv[kVecs];
+#pragma GCC unroll 32
+    for (int j = 0; j < kVecs; ++j) {
+      wv[j] = Ops::Load(w + (j / kVecPerPanel) * panel_floats + kk * 16 +
+                        (j % kVecPerPanel) * Ops::kLanes);
+    }
+#pragma GCC unroll 32
+    for (int r = 0; r < MR; ++r) {
+      V xb = Ops::Broadcast(x + r * ldx + kk);
+#pragma GCC unroll 32
+      for (int j = 0; j < kVecs; ++j) acc[r][j] = Ops::Fma(xb, wv[j], acc[r][j]);
+    }
+  }
+
+  if (cols == kWidth) {
+#pragma GCC unroll 32
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 32
+      for (int j = 0; j < kVecs; ++j) {
+        V v = acc[r][j];
+        if (bias != nullptr) v = Ops::Add(v, Ops::LoadU(bias + j * Ops::kLanes));
+        Ops::StoreU(out + r * ldo + j * Ops::kLanes, v);
+      }
+    }
+    return;
+  }
+  // Last, partial panel: columns past n hold zero padding and are dropped.
+  alignas(64) float tmp[MR][kWidth];
+#pragma GCC unroll 32
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 32
+    for (int j = 0; j < kVecs; ++j) Ops::StoreU(&tmp[r][j * Ops::kLanes], acc[r][j]);
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      out[r * ldo + c] = bias != nullptr ? tmp[r][c] + bias[c] : tmp[r][c];
+    }
+  }
+}
+
+// Tile<Ops, rows, NP> for a run-time rows in [1, R].
+template <class Ops, int NP, int R>
+inline void TailTile(int64_t rows, const float* x, int64_t ldx, const float* w,
+                     int64_t panel_floats, int64_t kc, const float* acc_in, float* out, int64_t ldo,
+                     const float* bias, int64_t cols) {
+  if constexpr (R > 0) {
+    if (rows == R) {
+      Tile<Ops, R, NP>(x, ldx, w, panel_floats, kc, acc_in, out, ldo, bias, cols);
+    } else {
+      TailTile<Ops, NP, R - 1>(rows, x, ldx, w, panel_floats, kc, acc_in, out, ldo, bias, cols);
+    }
+  }
+}
+
+// Rows [r0, r1) times panels [panel, panel + NP), k in blocks of kc: a block
+// of the panels' k-rows stays in L1 while every row tile of the row block
+// uses it, so W is streamed once per row block. Rows past the last multiple
+// of MR (only in the last block) take a shorter tile. Partial sums wait in
+// `acc_buf` between k-blocks.
+template <class Ops, int MR, int NP>
+inline void RowBlockTimesPanels(const GemmParams& p, int64_t r0, int64_t r1, int64_t panel,
+                                int64_t kc, float* acc_buf) {
+  const int64_t k = p.w->k, n = p.w->n;
+  const int64_t panel_floats = k * 16;
+  const int64_t col = panel * 16;
+  const int64_t cols = n - col < NP * 16 ? n - col : NP * 16;
+  const float* w = p.w->data.data() + panel * panel_floats;
+  const float* bias = p.bias != nullptr ? p.bias + col : nullptr;
+  for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += kc) {
+    const int64_t this_kc = k - k0 < kc ? k - k0 : kc;
+    const bool first = k0 == 0, last = k0 + this_kc >= k;
+    for (int64_t row = r0; row < r1; row += MR) {
+      const int64_t rows = r1 - row < MR ? r1 - row : MR;
+      float* buf = acc_buf + (row - r0) * NP * 16;
+      const float* acc_in = first ? nullptr : buf;
+      const float* x = p.x + row * p.ldx + k0;
+      float* out = last ? p.y + row * p.ldy + col : buf;
+      const int64_t ldo = last ? p.ldy : NP * 16;
+      const float* b = last ? bias : nullptr;
+      const int64_t c = last ? cols : NP * 16;
+      if (rows == MR) {
+        Tile<Ops, MR, NP>(x, p.ldx, w + k0 * 16, panel_floats, this_kc, acc_in, out, ldo, b, c);
+      } else {
+        TailTile<Ops, NP, MR - 1>(rows, x, p.ldx, w + k0 * 16, panel_floats, this_kc, acc_in, out,
+                                  ldo, b, c);
+      }
+    }
+    if (last) break;
+  }
+}
+
+// Fewer than kMainRows rows (decode, the tail of a batch): the whole k in one
+// go, NP panels at a time so that even one row has several FMA chains.
+template <class Ops, int MR, int NP>
+inline void FewRows(const GemmParams& p, int64_t row, int64_t pb, int64_t pe) {
+  const int64_t k = p.w->k, n = p.w->n;
+  const int64_t panel_floats = k * 16;
+  const float* x = p.x + row * p.ldx;
+  float* y = p.y + row * p.ldy;
+  int64_t panel = pb;
+  for (; panel + NP <= pe; panel += NP) {
+    const int64_t col = panel * 16;
+    const int64_t cols = n - col < NP * 16 ? n - col : NP * 16;
+    Tile<Ops, MR, NP>(x, p.ldx, p.w->data.data() + panel * panel_floats, panel_floats, k, nullptr,
+                      y + col, p.ldy, p.bias != nullptr ? p.bias + col : nullptr, cols);
+  }
+  for (; panel < pe; ++panel) {
+    const int64_t col = panel * 16;
+    const int64_t cols = n - col < 16 ? n - col : 16;
+    Tile<Ops, MR, 1>(x, p.ldx, p.w->data.data() + panel * panel_floats, panel_floats, k, nullptr,
+                     y + col, p.ldy, p.bias != nullptr ? p.bias + col : nullptr, cols);
+  }
+}
+
+template <class Ops, int R>
+inline void RemainderRows(const GemmParams& p, int64_t row, int64_t rows, int64_t pb, int64_t pe) {
+  if constexpr (R > 0) {
+    if (rows == R) {
+      FewRows<Ops, R, Ops::RemPanels(R)>(p, row, pb, pe);
+    } else {
+      RemainderRows<Ops, R - 1>(p, row, rows, pb, pe);
+    }
+  }
+}
+
+template <class Ops>
+void GemmPanels(const GemmParams& p, int64_t pb, int64_t pe) {
+  constexpr int MR = Ops::kMainRows;
+  constexpr int NP = Ops::kMainPanels;
+  if (p.m < MR) {
+    RemainderRows<Ops, MR - 1>(p, 0, p.m, pb, pe);
+    return;
+  }
+  const int64_t k = p.w->k;
+  int64_t row_tiles = kRowBlockBytes / (k * 4 * MR + 1);
+  row_tiles = row_tiles < 1                      ? 1
+              : row_tiles > kMaxRowTilesPerBlock ? kMaxRowTilesPerBlock
+                                                 : row_tiles;
+  const int64_t row_block = row_tiles * MR;
+  // Balanced k-blocks of at most kKBlock.
+  const int64_t k_blocks = (k + Ops::kKBlock - 1) / Ops::kKBlock;
+  const int64_t kc = k_blocks > 0 ? (k + k_blocks - 1) / k_blocks : 0;
+  // One row block, plus the tail rows when they join the last block.
+  alignas(64) float acc_buf[(kMaxRowTilesPerBlock + 1) * MR * NP * 16];
+
+  // Row blocks outermost: a block of x stays in L2 while the thread sweeps
+  // its panels. The rows past the last full block join it (< MR of them).
+  const int64_t m_main = p.m / MR * MR;
+  for (int64_t r0 = 0; r0 < m_main; r0 += row_block) {
+    const int64_t r1 = r0 + row_block < m_main ? r0 + row_block : p.m;
+    int64_t panel = pb;
+    for (; panel + NP <= pe; panel += NP) {
+      RowBlockTimesPanels<Ops, MR, NP>(p, r0, r1, panel, kc, acc_buf);
+    }
+    for (; panel < pe; ++panel) RowBlockTimesPanels<Ops, MR, 1>(p, r0, r1, panel, kc, acc_buf);
+  }
+}
+
+}  // namespace

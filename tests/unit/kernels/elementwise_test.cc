@@ -1,0 +1,175 @@
+#include "kernels/cpu/elementwise.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace kvserve::kernels {
+namespace {
+
+std::vector<float> Random(int64_t count, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+std::vector<CpuIsa> AvailableIsas() {
+  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
+  if (DetectedIsa() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  return isas;
+}
+
+const int64_t kDims[] = {1, 7, 33, 576, 1000};
+
+TEST(RmsNormTest, MatchesReferenceAndIsRowInvariant) {
+  ThreadPool one(1), two(2);
+  for (CpuIsa isa : AvailableIsas()) {
+    ScopedIsaOverride force(isa);
+    for (int64_t dim : kDims) {
+      const int64_t rows = 17;
+      const float eps = 1e-5f;
+      std::vector<float> x = Random(rows * dim, 1, -3.0f, 3.0f), w = Random(dim, 2);
+      std::vector<float> y(rows * dim);
+      RmsNorm(x.data(), w.data(), y.data(), rows, dim, eps, &two);
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int64_t d = 0; d < dim; ++d) {
+          ss += static_cast<double>(x[r * dim + d]) * x[r * dim + d];
+        }
+        const double inv = 1.0 / std::sqrt(ss / dim + eps);
+        for (int64_t d = 0; d < dim; ++d) {
+          double ref = x[r * dim + d] * inv * w[d];
+          ASSERT_NEAR(y[r * dim + d], ref, 2e-6 * (1 + std::fabs(ref))) << IsaName(isa) << dim;
+        }
+      }
+      // One row alone, and with one thread: the same bits.
+      std::vector<float> single(dim);
+      RmsNorm(x.data() + 5 * dim, w.data(), single.data(), 1, dim, eps, nullptr);
+      EXPECT_EQ(single, std::vector<float>(y.begin() + 5 * dim, y.begin() + 6 * dim));
+      std::vector<float> y1(rows * dim);
+      RmsNorm(x.data(), w.data(), y1.data(), rows, dim, eps, &one);
+      EXPECT_EQ(y1, y);
+    }
+  }
+}
+
+TEST(AddRmsNormTest, UpdatesResidualThenNormalises) {
+  ThreadPool pool(2);
+  for (CpuIsa isa : AvailableIsas()) {
+    ScopedIsaOverride force(isa);
+    for (int64_t dim : kDims) {
+      const int64_t rows = 9;
+      std::vector<float> res = Random(rows * dim, 3), x = Random(rows * dim, 4), w = Random(dim, 5);
+      std::vector<float> expected_res(rows * dim), expected_y(rows * dim), y(rows * dim);
+      for (size_t i = 0; i < res.size(); ++i) expected_res[i] = res[i] + x[i];
+      RmsNorm(expected_res.data(), w.data(), expected_y.data(), rows, dim, 1e-6f, &pool);
+      AddRmsNorm(res.data(), x.data(), w.data(), y.data(), rows, dim, 1e-6f, &pool);
+      EXPECT_EQ(res, expected_res);
+      EXPECT_EQ(y, expected_y);
+    }
+  }
+}
+
+// inv_freq as transformers builds it for default rope: 1 / base^(2i / d) in fp32.
+std::vector<float> InvFreq(int head_dim, float base) {
+  std::vector<float> f(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    f[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  }
+  return f;
+}
+
+TEST(ApplyRopeTest, RotateHalfMatchesReference) {
+  ThreadPool pool(2);
+  for (int head_dim : {2, 8, 64}) {
+    for (float scaling : {1.0f, 0.75f}) {
+      const int tokens = 17, heads = 3, kv_heads = 1;
+      const int64_t hd = head_dim;
+      const int64_t q_stride = (heads + 2 * kv_heads) * hd;  // fused qkv rows
+      std::vector<float> qkv = Random(tokens * q_stride, 6);
+      std::vector<float> orig = qkv;
+      std::vector<int32_t> pos(tokens);
+      for (int t = 0; t < tokens; ++t) pos[t] = t * 257 + (t % 3);  // up to ~4100
+      std::vector<float> inv_freq = InvFreq(head_dim, 10000.0f);
+      RopeParams p;
+      p.q = qkv.data();
+      p.k = qkv.data() + heads * hd;
+      p.q_stride = q_stride;
+      p.k_stride = q_stride;
+      p.positions = pos.data();
+      p.inv_freq = inv_freq.data();
+      p.attention_scaling = scaling;
+      p.num_tokens = tokens;
+      p.num_heads = heads;
+      p.num_kv_heads = kv_heads;
+      p.head_dim = head_dim;
+      ApplyRope(p, &pool);
+      const int half = head_dim / 2;
+      for (int t = 0; t < tokens; ++t) {
+        for (int h = 0; h < heads + kv_heads; ++h) {
+          const int64_t base = t * q_stride + h * hd;
+          for (int i = 0; i < half; ++i) {
+            const float angle = static_cast<float>(pos[t]) * inv_freq[i];
+            const double c = std::cos(static_cast<double>(angle)) * scaling;
+            const double s = std::sin(static_cast<double>(angle)) * scaling;
+            const double a = orig[base + i], b = orig[base + i + half];
+            ASSERT_NEAR(qkv[base + i], a * c - b * s, 2e-6);
+            ASSERT_NEAR(qkv[base + i + half], b * c + a * s, 2e-6);
+          }
+        }
+        // The V part of the fused row is untouched.
+        for (int64_t j = (heads + kv_heads) * hd; j < q_stride; ++j) {
+          ASSERT_EQ(qkv[t * q_stride + j], orig[t * q_stride + j]);
+        }
+      }
+    }
+  }
+}
+
+TEST(SiluMulTest, MatchesReferenceIncludingLargeInputs) {
+  ThreadPool pool(2);
+  for (CpuIsa isa : AvailableIsas()) {
+    ScopedIsaOverride force(isa);
+    for (int64_t inter : kDims) {
+      const int64_t rows = 5;
+      std::vector<float> gu = Random(rows * 2 * inter, 7, -12.0f, 12.0f);
+      gu[0] = 100.0f;                  // exp(-g) underflows
+      if (inter > 1) gu[1] = -100.0f;  // exp(-g) overflows
+      std::vector<float> out(rows * inter);
+      SiluMul(gu.data(), out.data(), rows, inter, &pool);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < inter; ++i) {
+          const double g = gu[r * 2 * inter + i], u = gu[r * 2 * inter + inter + i];
+          const double ref = g / (1.0 + std::exp(-g)) * u;
+          ASSERT_NEAR(out[r * inter + i], ref, 1e-6 * (1 + std::fabs(ref)))
+              << IsaName(isa) << " g=" << g;
+        }
+      }
+      std::vector<float> single(inter);
+      SiluMul(gu.data() + 6 * inter, single.data(), 1, inter, nullptr);
+      EXPECT_EQ(single, std::vector<float>(out.begin() + 3 * inter, out.begin() + 4 * inter));
+    }
+  }
+}
+
+TEST(EmbeddingLookupTest, CopiesRows) {
+  const int64_t dim = 7, vocab = 11;
+  std::vector<float> table = Random(vocab * dim, 8);
+  std::vector<int32_t> ids = {3, 0, 10, 3};
+  std::vector<float> out(ids.size() * dim);
+  EmbeddingLookup(table.data(), dim, ids.data(), static_cast<int64_t>(ids.size()), out.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int64_t d = 0; d < dim; ++d) EXPECT_EQ(out[i * dim + d], table[ids[i] * dim + d]);
+  }
+}
+
+}  // namespace
+}  // namespace kvserve::kernels
