@@ -180,8 +180,8 @@ Peak PeakGflops(CpuIsa isa, int threads) {
 
 // ---- (b) copy bandwidth ---------------------------------------------------
 
-// Returns bytes copied per second (each byte is read once and written once).
-// Returns bytes copied per second (each byte is read once and written once).
+// Returns copy bandwidth as STREAM counts it: bytes read plus bytes written
+// per second (the same convention as bench/roofline.h).
 // One thread is timed by its CPU time, several by wall time.
 double CopyBytesPerSecond(int threads, size_t bytes) {
   AlignedBuffer src(bytes / sizeof(float)), dst(bytes / sizeof(float));
@@ -195,7 +195,7 @@ double CopyBytesPerSecond(int threads, size_t bytes) {
   const double t = threads == 1 ? BestTime(
                                       8, [&] { copy(0); }, Timer::kThreadCpu)
                                 : BestTime(8, [&] { OnAllThreads(threads, copy); });
-  return static_cast<double>(per_thread * threads) / t;
+  return 2.0 * static_cast<double>(per_thread * threads) / t;
 }
 
 // ---- (c) GEMM, (d) GEMV ------------------------------------------------------
@@ -325,7 +325,7 @@ int Main() {
       peak, threads, peak_all.wall, peak_all.cpu, peak1);
   std::printf(
       "(b) copy bandwidth %7.2f GB/s, %d threads; %.2f GB/s, 1 thread\n"
-      "                   (bytes memcpy'd per second, %zu MiB; DRAM traffic is twice that)\n",
+      "                   (bytes read + written per second by memcpy of %zu MiB, as STREAM Copy)\n",
       copy / 1e9, threads, copy1 / 1e9, copy_bytes >> 20);
   std::printf("    ParallelFor overhead, all threads taking part: %.2f us/call\n",
               DispatchOverheadMicros(&pool));
