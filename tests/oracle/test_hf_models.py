@@ -101,6 +101,7 @@ def test_logits_and_greedy_match_transformers(tmp_path, case):
         logits, greedy = run_driver(tmp_path, prompt, chunk, block_size)
         assert logits.shape == ref_logits.shape
         err = np.abs(logits - ref_logits).max(axis=1) / np.abs(ref_logits).max(axis=1)
+        print(f"{case} chunk={chunk} block={block_size}: max relative error {err.max():.2e}")
         assert err.max() < REL_TOL, f"{case}: max relative error {err.max():.3g} (token {err.argmax()})"
         assert greedy == ref_greedy, f"{case}: greedy tokens differ"
 
