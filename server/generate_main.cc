@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  std::cout << detok.Flush() << "\n";
+  std::cout << detok.Flush() << std::endl;
   const double prefill_s = std::chrono::duration<double>(first_token - start).count();
   const double decode_s = std::chrono::duration<double>(Clock::now() - first_token).count();
   std::fprintf(stderr,
