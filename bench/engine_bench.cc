@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   const auto& c = (*model)->config;
   // Measured before and after the model runs (best of both): on a shared
   // machine a single measurement can land in a noisy moment.
-  double copy_bw = kvserve::bench::MeasureCopyBandwidth(pool);
+  double copy_bw = kvserve::bench::CopyBytesPerSecond(pool.num_threads(), size_t{512} << 20);
   std::printf("builtin:small  layers=%lld hidden=%lld threads=%d\n",
               static_cast<long long>(c.num_layers), static_cast<long long>(c.hidden_size),
               pool.num_threads());
@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
         "batch %2d: prefill %d x %d: %8.1f tokens/s | decode: %7.1f tokens/s (%.2f ms/step)", batch,
         batch, kPromptLen, prefill_tps, tps, step_s * 1e3);
     if (batch == 1) {
-      copy_bw = std::max(copy_bw, kvserve::bench::MeasureCopyBandwidth(pool));
+      copy_bw = std::max(copy_bw,
+                         kvserve::bench::CopyBytesPerSecond(pool.num_threads(), size_t{512} << 20));
       const double context = kPromptLen + 1 + decode_steps / 2.0;
       const double kv_bytes = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 4 * context;
       const double bytes =

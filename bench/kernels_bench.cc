@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/roofline.h"
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
@@ -30,43 +31,11 @@
 namespace kvserve::kernels {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Clocks. Wall time is what a user sees; on a machine shared with other
-// processes it also counts time the kernel was descheduled. The calling
-// thread's CPU time does not, so single-thread figures use it as well.
-enum class Timer { kWall, kThreadCpu };
-
-double Now(Timer timer) {
-  if (timer == Timer::kWall) {
-    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-  }
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-// Best (minimum) time of fn over `reps` runs after one warm-up. Interference
-// only ever slows a run down, so the minimum estimates what the hardware does.
-double BestTime(int reps, const std::function<void()>& fn, Timer timer = Timer::kWall) {
-  fn();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = Now(timer);
-    fn();
-    best = std::min(best, Now(timer) - t0);
-  }
-  return best;
-}
-
-// Runs fn(thread_index) on `threads` std::threads at once (the measurements
-// of machine limits do not go through the pool under test).
-void OnAllThreads(int threads, const std::function<void(int)>& fn) {
-  std::vector<std::thread> ts;
-  for (int t = 1; t < threads; ++t) ts.emplace_back(fn, t);
-  fn(0);
-  for (auto& t : ts) t.join();
-}
+using bench::BestTime;
+using bench::CopyBytesPerSecond;
+using bench::Now;
+using bench::OnAllThreads;
+using bench::Timer;
 
 // ---- (a) peak FMA --------------------------------------------------------
 
@@ -179,25 +148,6 @@ Peak PeakGflops(CpuIsa isa, int threads) {
 }
 
 // ---- (b) copy bandwidth ---------------------------------------------------
-
-// Returns copy bandwidth as STREAM counts it: bytes read plus bytes written
-// per second (the same convention as bench/roofline.h).
-// One thread is timed by its CPU time, several by wall time.
-double CopyBytesPerSecond(int threads, size_t bytes) {
-  AlignedBuffer src(bytes / sizeof(float)), dst(bytes / sizeof(float));
-  std::memset(src.data(), 1, bytes);
-  std::memset(dst.data(), 2, bytes);  // fault the pages in before timing
-  const size_t per_thread = bytes / threads / 64 * 64;
-  auto copy = [&](int i) {
-    std::memcpy(reinterpret_cast<char*>(dst.data()) + i * per_thread,
-                reinterpret_cast<const char*>(src.data()) + i * per_thread, per_thread);
-  };
-  const double t = threads == 1 ? BestTime(
-                                      8, [&] { copy(0); }, Timer::kThreadCpu)
-                                : BestTime(8, [&] { OnAllThreads(threads, copy); });
-  return 2.0 * static_cast<double>(per_thread * threads) / t;
-}
-
 // ---- (c) GEMM, (d) GEMV ------------------------------------------------------
 
 std::vector<float> Random(int64_t count, uint32_t seed) {

@@ -1,38 +1,79 @@
-// Rooflines measured by the benchmark program itself, so that every speed it
-// reports is a ratio within one run on one machine.
+// Rooflines and timing helpers shared by the benchmark programs, so that
+// every speed they report is a ratio within one run on one machine.
 #pragma once
+
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/aligned_buffer.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace kvserve::bench {
 
-inline double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+using Clock = std::chrono::steady_clock;
+
+inline double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// Best-of-`reps` memcpy bandwidth over a buffer far larger than the caches,
-// on every thread of `pool`, counted as STREAM "Copy" counts it: bytes read
-// plus bytes written. Returns bytes per second.
-inline double MeasureCopyBandwidth(kernels::ThreadPool& pool, size_t bytes = size_t{512} << 20,
-                                   int reps = 5) {
-  const size_t floats = bytes / sizeof(float);
-  kernels::AlignedBuffer src(floats), dst(floats);
-  for (size_t i = 0; i < floats; i += 1024) src[i] = static_cast<float>(i);  // touch pages
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    pool.ParallelFor(static_cast<int64_t>(floats), 1 << 20, [&](int64_t b, int64_t e) {
-      std::memcpy(dst.data() + b, src.data() + b, (e - b) * sizeof(float));
-    });
-    best = std::max(best, 2.0 * static_cast<double>(bytes) / Seconds(start));
+// Clocks. Wall time is what a user sees; on a machine shared with other
+// processes it also counts time the kernel was descheduled. The calling
+// thread's CPU time does not, so single-thread figures use it as well.
+enum class Timer { kWall, kThreadCpu };
+
+inline double Now(Timer timer) {
+  if (timer == Timer::kWall) {
+    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  }
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Best (minimum) time of fn over `reps` runs after one warm-up. Interference
+// only ever slows a run down, so the minimum estimates what the hardware does.
+inline double BestTime(int reps, const std::function<void()>& fn, Timer timer = Timer::kWall) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = Now(timer);
+    fn();
+    best = std::min(best, Now(timer) - t0);
   }
   return best;
+}
+
+// Runs fn(thread_index) on `threads` std::threads at once (the measurements
+// of machine limits do not go through the pool under test).
+inline void OnAllThreads(int threads, const std::function<void(int)>& fn) {
+  std::vector<std::thread> ts;
+  for (int t = 1; t < threads; ++t) ts.emplace_back(fn, t);
+  fn(0);
+  for (auto& t : ts) t.join();
+}
+
+// Copy bandwidth as STREAM counts it: bytes read plus bytes written per
+// second, by memcpy of `bytes` (far larger than the caches) split over
+// `threads` std::threads.
+// One thread is timed by its CPU time, several by wall time.
+inline double CopyBytesPerSecond(int threads, size_t bytes) {
+  kernels::AlignedBuffer src(bytes / sizeof(float)), dst(bytes / sizeof(float));
+  std::memset(src.data(), 1, bytes);
+  std::memset(dst.data(), 2, bytes);  // fault the pages in before timing
+  const size_t per_thread = bytes / threads / 64 * 64;
+  auto copy = [&](int i) {
+    std::memcpy(reinterpret_cast<char*>(dst.data()) + i * per_thread,
+                reinterpret_cast<const char*>(src.data()) + i * per_thread, per_thread);
+  };
+  const double t = threads == 1 ? BestTime(
+                                      8, [&] { copy(0); }, Timer::kThreadCpu)
+                                : BestTime(8, [&] { OnAllThreads(threads, copy); });
+  return 2.0 * static_cast<double>(per_thread * threads) / t;
 }
 
 }  // namespace kvserve::bench
