@@ -142,9 +142,17 @@ void EngineLoop::Run() {
     Apply(commands);
     bool stepped = false;
     if (core_->HasUnfinished()) {
+      const TimePoint step_start = Clock::now();
       stepped = core_->Step();
       if (stepped) {
-        heartbeat_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+        const TimePoint step_end = Clock::now();
+        heartbeat_ns_.store(step_end.time_since_epoch().count(), std::memory_order_relaxed);
+        if (step_observer_) {
+          const SchedulerStats& s = core_->scheduler().Stats();
+          step_observer_({.num_tokens = s.last_step_tokens,
+                          .num_seqs = s.last_step_seqs,
+                          .duration_s = std::chrono::duration<double>(step_end - step_start).count()});
+        }
       }
     }
     last_step_empty = core_->HasUnfinished() && !stepped;

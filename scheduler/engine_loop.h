@@ -30,6 +30,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -43,6 +44,16 @@
 
 namespace kvserve::scheduler {
 
+// One model step, for metrics (tokens per step, step duration).
+struct StepRecord {
+  int32_t num_tokens = 0;  // tokens computed in the step
+  int32_t num_seqs = 0;    // requests in the step
+  double duration_s = 0;   // schedule + model + sample + update
+};
+// Called on the loop thread after every model step; must be cheap and must
+// not block.
+using StepObserver = std::function<void(const StepRecord&)>;
+
 class EngineLoop {
  public:
   explicit EngineLoop(std::unique_ptr<EngineCore> core);
@@ -50,6 +61,8 @@ class EngineLoop {
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
 
+  // Before Start() only.
+  void SetStepObserver(StepObserver observer) { step_observer_ = std::move(observer); }
   void Start();
   // Idempotent. Also finishes outstanding requests when never started.
   void Stop();
@@ -87,6 +100,7 @@ class EngineLoop {
 
   const CapacityPolicy policy_;       // static checks and limits, any thread
   std::unique_ptr<EngineCore> core_;  // loop thread only
+  StepObserver step_observer_;        // set before Start, then loop thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

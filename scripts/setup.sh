@@ -12,6 +12,8 @@ debian_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libabsl-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libsentencepiece-dev libpcre2-dev libutf8proc-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev
+  prometheus openssl curl
 )
 
 missing=()

@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "nlohmann/json.hpp"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/sampling/sampler.h"
@@ -27,6 +28,9 @@ ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past the end-of-sequence token");
 ABSL_FLAG(int32_t, block_size, 16, "KV cache block size in tokens");
 ABSL_FLAG(int32_t, prefill_chunk, 512, "prompt tokens per step (chunked prefill)");
+ABSL_FLAG(bool, json, false,
+          "print one JSON object {prompt_token_ids, token_ids, text} instead of streaming text "
+          "(a reference for the daemon's tests)");
 
 namespace {
 
@@ -82,6 +86,8 @@ int main(int argc, char** argv) {
 
   std::vector<int32_t> tokens = prompt, output;
   kvserve::engine::IncrementalDetokenizer detok(*tokenizer, /*skip_special=*/true);
+  const bool json = absl::GetFlag(FLAGS_json);
+  std::string text;
   int32_t computed = 0;
   const auto start = Clock::now();
   Clock::time_point first_token;
@@ -98,14 +104,24 @@ int main(int argc, char** argv) {
     if (output.empty()) first_token = Clock::now();
     output.push_back(result.token);
     tokens.push_back(result.token);
-    std::cout << detok.Push(result.token) << std::flush;
+    const std::string piece = detok.Push(result.token);
+    text += piece;
+    if (!json) std::cout << piece << std::flush;
     const auto& eos = config.eos_token_ids;
     if (!absl::GetFlag(FLAGS_ignore_eos) &&
         std::find(eos.begin(), eos.end(), result.token) != eos.end()) {
       break;
     }
   }
-  std::cout << detok.Flush() << std::endl;
+  const std::string tail = detok.Flush();
+  text += tail;
+  if (json) {
+    const nlohmann::json j = {
+        {"prompt_token_ids", prompt}, {"token_ids", output}, {"text", text}};
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::cout << tail << std::endl;
+  }
   const double prefill_s = std::chrono::duration<double>(first_token - start).count();
   const double decode_s = std::chrono::duration<double>(Clock::now() - first_token).count();
   std::fprintf(stderr,

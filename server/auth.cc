@@ -1,0 +1,55 @@
+#include "server/auth.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::server {
+namespace {
+
+// Compares without an early exit, so the time taken does not reveal how
+// many leading bytes matched.
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0;
+    const unsigned char y = i < b.size() ? b[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> LoadAuthToken(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--auth_token_file: cannot read ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(buffer.str()));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: ", path, " is empty"));
+  }
+  return token;
+}
+
+absl::Status BearerAuth::Check(const grpc::ServerContextBase& context) const {
+  if (!enabled()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError("missing \"authorization: Bearer <token>\" metadata");
+  }
+  const std::string_view value(it->second.data(), it->second.size());
+  constexpr std::string_view kPrefix = "Bearer ";
+  if (value.substr(0, kPrefix.size()) != kPrefix ||
+      !ConstantTimeEquals(value.substr(kPrefix.size()), token_)) {
+    return absl::UnauthenticatedError("invalid bearer token");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,267 @@
+#include "server/daemon.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "engine/kv_cache.h"
+#include "engine/logging.h"
+#include "engine/model.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "prometheus/exposer.h"
+#include "scheduler/engine_core.h"
+#include "scheduler/engine_loop.h"
+#include "server/auth.h"
+#include "server/health_monitor.h"
+#include "server/kvserve_service.h"
+#include "server/metrics.h"
+#include "server/serving_state.h"
+#include "spdlog/async.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+
+#ifndef KVSERVE_VERSION
+#define KVSERVE_VERSION "dev"
+#endif
+
+namespace kvserve::server {
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+
+// The process-wide "kvserve" logger, asynchronous: the engine loop logs one
+// line per finished request and must never wait on a slow stderr reader. A
+// full queue drops the oldest lines rather than block.
+void InstallAsyncLogger() {
+  spdlog::init_thread_pool(8192, 1);
+  auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto logger = std::make_shared<spdlog::async_logger>(
+      "kvserve", sink, spdlog::thread_pool(), spdlog::async_overflow_policy::overrun_oldest);
+  spdlog::register_logger(logger);
+  spdlog::flush_every(std::chrono::seconds(1));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--", flag, ": cannot read ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const ServerConfig& c) {
+  if (c.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options;
+  auto cert = ReadFile(c.tls_cert_file, "tls_cert_file");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFile(c.tls_key_file, "tls_key_file");
+  if (!key.ok()) return key.status();
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!c.tls_client_ca_file.empty()) {
+    auto ca = ReadFile(c.tls_client_ca_file, "tls_client_ca_file");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+// The KV pool: --num_kv_blocks, or as many blocks as --kv_cache_memory_mb
+// holds (at least 2: the null block and one usable).
+int32_t KvPoolBlocks(const ServerConfig& c, const engine::Model& model) {
+  if (c.num_kv_blocks > 0) return c.num_kv_blocks;
+  const engine::KvCacheShape shape{.num_layers = model.config.num_layers,
+                                   .num_blocks = 1,
+                                   .num_kv_heads = model.config.num_kv_heads,
+                                   .block_size = c.block_size,
+                                   .head_dim = model.config.head_dim};
+  const int64_t blocks = (c.kv_cache_memory_mb << 20) / shape.bytes_per_block();
+  return static_cast<int32_t>(std::clamp<int64_t>(blocks, 2, 1 << 24));
+}
+
+v1::GetModelInfoResponse MakeModelInfo(const ServerConfig& c, const engine::Model& model,
+                                       const scheduler::EngineConfig& engine,
+                                       const std::string& backend) {
+  v1::GetModelInfoResponse info;
+  info.set_model_name(model.name);
+  info.set_architecture(model.config.architecture);
+  info.set_max_model_len(engine.max_model_len);
+  info.set_vocab_size(static_cast<int32_t>(model.config.vocab_size));
+  info.set_block_size(engine.block_size);
+  info.set_num_kv_blocks(engine.num_blocks);
+  info.set_backend(backend);
+  info.set_version(KVSERVE_VERSION);
+  info.set_max_num_seqs(engine.batch.max_num_seqs);
+  info.set_max_num_batched_tokens(engine.batch.max_num_batched_tokens);
+  for (int32_t id : model.config.eos_token_ids) info.add_eos_token_ids(id);
+  return info;
+}
+
+int StartupFailed(const absl::Status& status) {
+  engine::Log().error("startup failed: {}", std::string(status.message()));
+  engine::Log().flush();
+  spdlog::shutdown();
+  return 1;
+}
+
+// Waits for SIGTERM/SIGINT (blocked in every thread by main). The first one
+// sets *signalled; the second exits the process at once.
+void StartSignalThread(std::atomic<bool>* signalled, std::condition_variable* cv,
+                       std::mutex* mu) {
+  std::thread([signalled, cv, mu] {
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    int sig = 0;
+    sigwait(&signals, &sig);
+    engine::Log().info("received signal {}: draining (a second signal exits at once)", sig);
+    {
+      std::lock_guard<std::mutex> lock(*mu);
+      signalled->store(true);
+    }
+    cv->notify_all();
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "kvserve: second signal %d: exiting without draining\n", sig);
+    std::_Exit(1);
+  }).detach();
+}
+
+}  // namespace
+
+int RunDaemon(const ServerConfig& config) {
+  InstallAsyncLogger();
+  std::atomic<bool> signalled{false};
+  std::mutex signal_mu;
+  std::condition_variable signal_cv;
+  StartSignalThread(&signalled, &signal_cv, &signal_mu);
+
+  // Backend. The CUDA runner does not exist yet: say so rather than
+  // silently serving on the CPU when asked for a GPU.
+  if (config.backend == "cuda") {
+    return StartupFailed(absl::UnimplementedError(
+        "--backend=cuda: this build has no CUDA backend yet; use --backend=cpu or auto"));
+  }
+  const std::string backend = "cpu";
+
+  absl::StatusOr<std::unique_ptr<engine::Model>> loaded = engine::LoadModel(config.model);
+  if (!loaded.ok()) {
+    return StartupFailed(absl::Status(loaded.status().code(),
+                                      absl::StrCat("--model=", config.model, ": ",
+                                                   std::string(loaded.status().message()))));
+  }
+  const engine::Model& model = **loaded;
+
+  scheduler::EngineConfig engine_config;
+  engine_config.batch.max_num_seqs = config.max_num_seqs;
+  engine_config.batch.max_num_batched_tokens = config.max_num_batched_tokens;
+  engine_config.block_size = config.block_size;
+  engine_config.num_blocks = KvPoolBlocks(config, model);
+  engine_config.enable_prefix_caching = config.enable_prefix_caching;
+  engine_config.max_waiting_requests = config.max_waiting_requests;
+  engine_config.max_waiting_tokens = config.max_waiting_tokens;
+  const int32_t model_len = static_cast<int32_t>(model.config.max_position_embeddings);
+  if (config.max_model_len > model_len) {
+    return StartupFailed(absl::InvalidArgumentError(
+        absl::StrCat("--max_model_len=", config.max_model_len, " exceeds the model's ",
+                     model_len)));
+  }
+  engine_config.max_model_len = config.max_model_len > 0 ? config.max_model_len : model_len;
+
+  std::string token;
+  if (!config.auth_token_file.empty()) {
+    absl::StatusOr<std::string> loaded_token = LoadAuthToken(config.auth_token_file);
+    if (!loaded_token.ok()) return StartupFailed(loaded_token.status());
+    token = *std::move(loaded_token);
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeCredentials(config);
+  if (!credentials.ok()) return StartupFailed(credentials.status());
+
+  scheduler::EngineLoop loop(scheduler::EngineCore::ForModel(model, engine_config));
+  auto metrics = std::make_shared<ServerMetrics>(
+      ServerInfoLabels{.model = model.name,
+                       .backend = backend,
+                       .block_size = config.block_size,
+                       .version = KVSERVE_VERSION},
+      [&loop] { return loop.Stats(); });
+  loop.SetStepObserver([m = metrics.get()](const scheduler::StepRecord& s) { m->OnStep(s); });
+  loop.Start();
+
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(
+        absl::StrCat(config.metrics_host, ":", config.metrics_port));
+  } catch (const std::exception& e) {
+    return StartupFailed(absl::UnavailableError(absl::StrCat(
+        "--metrics_host/--metrics_port: cannot listen on ", config.metrics_host, ":",
+        config.metrics_port, ": ", e.what())));
+  }
+  exposer->RegisterCollectable(metrics);
+  const int metrics_port = exposer->GetListeningPorts().at(0);
+
+  ServingState state(model, loop, *metrics, BearerAuth(token),
+                     MakeModelInfo(config, model, engine_config, backend), config.log_requests);
+  KvServeService service(state);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  const std::string address = absl::StrCat(config.host, ":", config.port);
+  builder.AddListeningPort(address, *credentials, &grpc_port);
+  builder.SetMaxReceiveMessageSize(config.max_receive_message_bytes);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || grpc_port == 0) {
+    return StartupFailed(absl::UnavailableError(
+        absl::StrCat("--host/--port: cannot listen on ", address)));
+  }
+  HealthMonitor health(server->GetHealthCheckService(), &loop,
+                       std::chrono::duration_cast<Clock::duration>(
+                           Seconds(config.health_stall_timeout_s)));
+  health.Start();
+
+  engine::Log().info(
+      "serving model={} backend={} kv_blocks={} block_size={} max_model_len={} tls={} auth={}",
+      model.name, backend, engine_config.num_blocks, engine_config.block_size,
+      engine_config.max_model_len, config.tls_cert_file.empty() ? "off" : "on",
+      token.empty() ? "off" : "on");
+  std::printf("kvserve ready grpc=%s:%d metrics=%s:%d\n", config.host.c_str(), grpc_port,
+              config.metrics_host.c_str(), metrics_port);
+  std::fflush(stdout);
+
+  {
+    std::unique_lock<std::mutex> lock(signal_mu);
+    signal_cv.wait(lock, [&] { return signalled.load(); });
+  }
+  // Drain: refuse new work, let in-flight streams finish until the deadline.
+  state.StartDraining();
+  health.SetDraining();
+  const auto drain_deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(Seconds(config.drain_timeout_s));
+  const bool drained = state.WaitForStreams(drain_deadline);
+  if (!drained) {
+    engine::Log().warn("drain timeout ({} s): aborting the requests still running",
+                       config.drain_timeout_s);
+  }
+  // Aborts whatever is left; those streams end with UNAVAILABLE.
+  loop.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  health.Stop();
+  engine::Log().info("drained{}; exiting", drained ? "" : " (deadline reached)");
+  spdlog::shutdown();
+  return 0;
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,77 @@
+// The daemon's flags (Abseil). `kvserve --help` prints these texts.
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "server/server_config.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC API listens on.");
+ABSL_FLAG(int32_t, port, 50051, "gRPC API port; 0 picks a free port (see the ready line).");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address of the Prometheus /metrics endpoint.");
+ABSL_FLAG(int32_t, metrics_port, 9400, "Prometheus /metrics port; 0 picks a free port.");
+ABSL_FLAG(std::string, model, "builtin:tiny",
+          "builtin:tiny, builtin:small, or a Hugging Face checkpoint directory (config.json, "
+          "*.safetensors, tokenizer.json or tokenizer.model).");
+ABSL_FLAG(std::string, backend, "auto",
+          "auto, cpu or cuda. auto uses CUDA when this build has it and a GPU is present.");
+ABSL_FLAG(int32_t, num_kv_blocks, 0,
+          "KV cache pool size in blocks; 0 sizes it from --kv_cache_memory_mb.");
+ABSL_FLAG(int64_t, kv_cache_memory_mb, 256,
+          "KV cache memory in MiB, used when --num_kv_blocks is 0.");
+ABSL_FLAG(int32_t, block_size, 16, "Tokens per KV cache block, in [1, 256].");
+ABSL_FLAG(int32_t, max_num_seqs, 64, "Most requests in one batch (the running set).");
+ABSL_FLAG(int32_t, max_num_batched_tokens, 2048,
+          "Token budget of one engine step (prefill chunks + decodes).");
+ABSL_FLAG(int32_t, max_waiting_requests, 1024,
+          "Waiting-queue limit in requests; beyond it Generate answers RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_waiting_tokens, int64_t{1} << 20,
+          "Waiting-queue limit in tokens; beyond it Generate answers RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int32_t, max_model_len, 0,
+          "Longest request (prompt + max_tokens); 0 uses the model's max_position_embeddings.");
+ABSL_FLAG(bool, enable_prefix_caching, true, "Share KV blocks between equal prompt prefixes.");
+ABSL_FLAG(std::string, tls_cert_file, "", "PEM server certificate chain; enables TLS.");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA bundle; when set, clients must present a certificate it signed (mTLS).");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding a bearer token; when set, Generate/GetModelInfo/Tokenize/Detokenize "
+          "require metadata \"authorization: Bearer <token>\" (health and reflection do not).");
+ABSL_FLAG(double, drain_timeout_s, 30,
+          "On SIGTERM/SIGINT, how long in-flight requests may run before they are aborted.");
+ABSL_FLAG(double, health_stall_timeout_s, 30,
+          "Health turns NOT_SERVING when the busy engine completes no step for this long.");
+ABSL_FLAG(int32_t, max_receive_message_bytes, 4 << 20, "Largest request message accepted.");
+ABSL_FLAG(bool, log_requests, true, "Log one line per finished request.");
+
+namespace kvserve::server {
+
+absl::StatusOr<ServerConfig> ConfigFromFlags() {
+  ServerConfig c;
+  c.host = absl::GetFlag(FLAGS_host);
+  c.port = absl::GetFlag(FLAGS_port);
+  c.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  c.model = absl::GetFlag(FLAGS_model);
+  c.backend = absl::GetFlag(FLAGS_backend);
+  c.num_kv_blocks = absl::GetFlag(FLAGS_num_kv_blocks);
+  c.kv_cache_memory_mb = absl::GetFlag(FLAGS_kv_cache_memory_mb);
+  c.block_size = absl::GetFlag(FLAGS_block_size);
+  c.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  c.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  c.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
+  c.max_waiting_tokens = absl::GetFlag(FLAGS_max_waiting_tokens);
+  c.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  c.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
+  c.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  c.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  c.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  c.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  c.drain_timeout_s = absl::GetFlag(FLAGS_drain_timeout_s);
+  c.health_stall_timeout_s = absl::GetFlag(FLAGS_health_stall_timeout_s);
+  c.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
+  c.log_requests = absl::GetFlag(FLAGS_log_requests);
+  if (absl::Status s = ValidateConfig(c); !s.ok()) return s;
+  return c;
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,37 @@
+// kvserve: the inference server daemon. `kvserve --help` lists the flags.
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "server/daemon.h"
+#include "server/server_config.h"
+
+int main(int argc, char** argv) {
+  // Before any thread starts: every thread inherits this mask, so SIGTERM and
+  // SIGINT reach only the daemon's sigwait thread. SIGPIPE is ignored (a
+  // vanished scrape client must not kill the server).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  absl::SetProgramUsageMessage(
+      "kvserve: LLM inference server. Serves kvserve.v1.KvServe (gRPC, with health and "
+      "reflection) and Prometheus metrics.\n  kvserve --model=builtin:tiny --port=50051 "
+      "--metrics_port=9400");
+  const auto positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "kvserve: unexpected argument \"%s\" (see --help)\n", positional[1]);
+    return 2;
+  }
+  absl::StatusOr<kvserve::server::ServerConfig> config = kvserve::server::ConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "kvserve: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  return kvserve::server::RunDaemon(*config);
+}

@@ -1,0 +1,225 @@
+#include "server/metrics.h"
+
+#include <utility>
+
+namespace kvserve::server {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// Seconds. Fine at the low end: a CPU decode step of a small model and a GPU
+// step are a few milliseconds.
+const Histogram::BucketBoundaries kLatencyBuckets = {
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04,
+    0.05,   0.075, 0.1,   0.15,  0.2,   0.3,    0.4,  0.5,   0.75, 1.0,   2.5,  5.0,
+    7.5,    10.0,  20.0,  40.0,  80.0,  160.0,  320.0};
+const Histogram::BucketBoundaries kTokenCountBuckets = {
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
+
+// Finish reasons as the metric's label (the proto's names, lower case).
+const char* FinishLabel(scheduler::FinishReason reason) {
+  using scheduler::FinishReason;
+  switch (reason) {
+    case FinishReason::kStopToken:
+    case FinishReason::kStopString:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAborted:
+    case FinishReason::kRejected:
+      return "aborted";
+    case FinishReason::kExpired:
+      return "deadline";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+const char* RejectionLabel(Rejection why) {
+  switch (why) {
+    case Rejection::kInvalidArgument:
+      return "invalid_argument";
+    case Rejection::kQueueFull:
+      return "queue_full";
+    case Rejection::kUnavailable:
+      return "unavailable";
+    case Rejection::kUnauthenticated:
+      return "unauthenticated";
+  }
+  return "";
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(const ServerInfoLabels& info, StatsSource stats)
+    : stats_(std::move(stats)), registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  BuildGauge()
+      .Name("kvserve_server_info")
+      .Help("Static facts about this server; the value is always 1.")
+      .Register(r)
+      .Add({{"model", info.model},
+            {"backend", info.backend},
+            {"block_size", std::to_string(info.block_size)},
+            {"version", info.version}})
+      .Set(1);
+
+  running_ = &BuildGauge()
+                  .Name("kvserve_num_requests_running")
+                  .Help("Requests in the running batch.")
+                  .Register(r)
+                  .Add({});
+  waiting_ = &BuildGauge()
+                  .Name("kvserve_num_requests_waiting")
+                  .Help("Requests waiting to be scheduled (new or preempted).")
+                  .Register(r)
+                  .Add({});
+  auto& blocks = BuildGauge()
+                     .Name("kvserve_kv_cache_blocks")
+                     .Help("KV cache blocks by state; the states sum to the capacity.")
+                     .Register(r);
+  blocks_in_use_ = &blocks.Add({{"state", "in_use"}});
+  blocks_free_cached_ = &blocks.Add({{"state", "free_cached"}});
+  blocks_free_uncached_ = &blocks.Add({{"state", "free_uncached"}});
+  blocks_capacity_ = &BuildGauge()
+                          .Name("kvserve_kv_cache_blocks_capacity")
+                          .Help("Usable KV cache blocks (the null block excluded).")
+                          .Register(r)
+                          .Add({});
+  usage_ratio_ = &BuildGauge()
+                      .Name("kvserve_kv_cache_usage_ratio")
+                      .Help("Fraction of usable KV cache blocks in use (0 to 1).")
+                      .Register(r)
+                      .Add({});
+  accounting_consistent_ =
+      &BuildGauge()
+           .Name("kvserve_kv_cache_accounting_consistent")
+           .Help("1 when in-use + free-cached + free-uncached blocks equal the capacity, else 0.")
+           .Register(r)
+           .Add({});
+
+  preemptions_ = &BuildCounter()
+                      .Name("kvserve_num_preemptions_total")
+                      .Help("Requests preempted (their KV blocks dropped, to be recomputed).")
+                      .Register(r)
+                      .Add({});
+  prefix_queries_ = &BuildCounter()
+                         .Name("kvserve_prefix_cache_queries_total")
+                         .Help("Prompt tokens looked up in the prefix cache.")
+                         .Register(r)
+                         .Add({});
+  prefix_hits_ = &BuildCounter()
+                      .Name("kvserve_prefix_cache_hits_total")
+                      .Help("Prompt tokens served from the prefix cache.")
+                      .Register(r)
+                      .Add({});
+  prompt_tokens_ = &BuildCounter()
+                        .Name("kvserve_prompt_tokens_total")
+                        .Help("Prompt tokens of accepted requests, counted when each finishes.")
+                        .Register(r)
+                        .Add({});
+  generation_tokens_ = &BuildCounter()
+                            .Name("kvserve_generation_tokens_total")
+                            .Help("Output tokens generated.")
+                            .Register(r)
+                            .Add({});
+  auto& finished = BuildCounter()
+                       .Name("kvserve_requests_finished_total")
+                       .Help("Accepted requests that finished, by finish reason.")
+                       .Register(r);
+  for (int i = 1; i < scheduler::kNumFinishReasons; ++i) {
+    finished_[i] = &finished.Add(
+        {{"finished_reason", FinishLabel(static_cast<scheduler::FinishReason>(i))}});
+  }
+  auto& rejected = BuildCounter()
+                       .Name("kvserve_requests_rejected_total")
+                       .Help("Requests refused before reaching the engine queue, by reason.")
+                       .Register(r);
+  for (int i = 0; i < kNumRejections; ++i) {
+    rejected_[i] = &rejected.Add({{"reason", RejectionLabel(static_cast<Rejection>(i))}});
+  }
+
+  auto histogram = [&](const char* name, const char* help,
+                       const Histogram::BucketBoundaries& buckets) {
+    return &BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
+  };
+  ttft_ = histogram("kvserve_time_to_first_token_seconds",
+                    "Arrival to first output token, per request.", kLatencyBuckets);
+  itl_ = histogram("kvserve_inter_token_latency_seconds",
+                   "Time between consecutive output tokens of a request.", kLatencyBuckets);
+  e2e_ = histogram("kvserve_e2e_request_latency_seconds", "Arrival to finish, per request.",
+                   kLatencyBuckets);
+  queue_time_ = histogram("kvserve_request_queue_time_seconds",
+                          "Arrival to first scheduled, per request.", kLatencyBuckets);
+  prompt_len_ = histogram("kvserve_request_prompt_tokens", "Prompt tokens per finished request.",
+                          kTokenCountBuckets);
+  generation_len_ = histogram("kvserve_request_generation_tokens",
+                              "Output tokens per finished request.", kTokenCountBuckets);
+  step_tokens_ = histogram("kvserve_iteration_tokens", "Tokens computed per engine step.",
+                           kTokenCountBuckets);
+  step_duration_ = histogram("kvserve_step_duration_seconds",
+                             "Duration of one engine step (schedule, model, sample, update).",
+                             kLatencyBuckets);
+}
+
+void ServerMetrics::OnOutput(const scheduler::RequestOutput& output) {
+  if (!output.token_ids.empty()) generation_tokens_->Increment(output.token_ids.size());
+  if (!output.finished) return;
+  const int reason = static_cast<int>(output.finish_reason);
+  if (reason > 0 && reason < scheduler::kNumFinishReasons) finished_[reason]->Increment();
+  prompt_tokens_->Increment(output.usage.prompt_tokens);
+  prompt_len_->Observe(output.usage.prompt_tokens);
+  generation_len_->Observe(output.usage.completion_tokens);
+  e2e_->Observe(output.timings.e2e_s);
+  // Zero where the event did not happen (output_stream.h).
+  if (output.timings.queue_s > 0 || output.usage.completion_tokens > 0) {
+    queue_time_->Observe(output.timings.queue_s);
+  }
+  const std::vector<double>& times = output.timings.token_times_s;
+  if (!times.empty()) ttft_->Observe(output.timings.time_to_first_token_s);
+  for (size_t i = 1; i < times.size(); ++i) itl_->Observe(times[i] - times[i - 1]);
+}
+
+void ServerMetrics::OnStep(const scheduler::StepRecord& step) {
+  step_tokens_->Observe(step.num_tokens);
+  step_duration_->Observe(step.duration_s);
+}
+
+void ServerMetrics::OnRejected(Rejection why) { rejected_[static_cast<int>(why)]->Increment(); }
+
+void ServerMetrics::Refresh() const {
+  const scheduler::SchedulerStats s = stats_();
+  std::lock_guard<std::mutex> lock(refresh_mu_);
+  running_->Set(s.num_running);
+  waiting_->Set(s.num_waiting);
+  const auto& pool = s.kv.pool;
+  const int32_t capacity = pool.num_blocks - 1;  // the null block is never handed out
+  blocks_in_use_->Set(pool.num_in_use);
+  blocks_free_cached_->Set(pool.num_free_cached);
+  blocks_free_uncached_->Set(pool.num_free_uncached);
+  blocks_capacity_->Set(capacity);
+  usage_ratio_->Set(capacity > 0 ? static_cast<double>(pool.num_in_use) / capacity : 0.0);
+  accounting_consistent_->Set(
+      pool.num_in_use + pool.num_free_cached + pool.num_free_uncached == capacity ? 1 : 0);
+  // Cumulative scheduler counts become counter increments (never negative:
+  // the stats only grow).
+  preemptions_->Increment(static_cast<double>(s.num_preemptions - last_.num_preemptions));
+  prefix_queries_->Increment(
+      static_cast<double>(s.kv.prefix_queried_tokens - last_.kv.prefix_queried_tokens));
+  prefix_hits_->Increment(
+      static_cast<double>(s.kv.prefix_hit_tokens - last_.kv.prefix_hit_tokens));
+  last_ = s;
+}
+
+std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
+  Refresh();
+  return registry_->Collect();
+}
+
+}  // namespace kvserve::server

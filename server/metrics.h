@@ -1,0 +1,102 @@
+// ServerMetrics: the Prometheus metrics of one daemon (prometheus-cpp), named
+// after vLLM's set under a `kvserve_` prefix so that dashboards port easily
+// (docs/metrics.md lists them).
+//
+// Three sources:
+// - gauges and scheduler counters (preemptions, prefix-cache tokens) are read
+//   from EngineLoop::Stats() at scrape time (Collect below): the values are
+//   exact as of the loop's last iteration, and nothing runs between scrapes;
+// - per-request counters and histograms are fed by OnOutput from each
+//   request's output callback (engine loop thread): generation tokens as they
+//   stream, the rest when the request finishes;
+// - per-step histograms by OnStep (engine loop thread), rejections by
+//   OnRejected (gRPC threads).
+// Every method is thread-safe; the hot-path ones (OnOutput, OnStep) only
+// touch prometheus-cpp's atomics and per-histogram mutexes, never block on
+// I/O and format nothing.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "scheduler/engine_loop.h"
+#include "scheduler/output_stream.h"
+#include "scheduler/stats.h"
+
+namespace kvserve::server {
+
+// Why the server refused a request before it reached the engine queue.
+enum class Rejection : int { kInvalidArgument = 0, kQueueFull, kUnavailable, kUnauthenticated };
+inline constexpr int kNumRejections = 4;
+
+struct ServerInfoLabels {
+  std::string model;
+  std::string backend;
+  int32_t block_size = 0;
+  std::string version;
+};
+
+class ServerMetrics : public prometheus::Collectable {
+ public:
+  using StatsSource = std::function<scheduler::SchedulerStats()>;
+  ServerMetrics(const ServerInfoLabels& info, StatsSource stats);
+
+  void OnOutput(const scheduler::RequestOutput& output);
+  void OnStep(const scheduler::StepRecord& step);
+  void OnRejected(Rejection why);
+
+  // prometheus::Collectable: refreshes the scrape-time values, then returns
+  // every family.
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  void Refresh() const;
+
+  const StatsSource stats_;
+  std::shared_ptr<prometheus::Registry> registry_;
+
+  // Scrape-time gauges.
+  prometheus::Gauge* running_;
+  prometheus::Gauge* waiting_;
+  prometheus::Gauge* blocks_in_use_;
+  prometheus::Gauge* blocks_free_cached_;
+  prometheus::Gauge* blocks_free_uncached_;
+  prometheus::Gauge* blocks_capacity_;
+  prometheus::Gauge* usage_ratio_;
+  prometheus::Gauge* accounting_consistent_;
+
+  // Counters mirrored from the scheduler's cumulative stats (by delta).
+  prometheus::Counter* preemptions_;
+  prometheus::Counter* prefix_queries_;
+  prometheus::Counter* prefix_hits_;
+  mutable std::mutex refresh_mu_;
+  mutable scheduler::SchedulerStats last_;  // guarded by refresh_mu_
+
+  // Per-request.
+  prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* generation_tokens_;
+  std::array<prometheus::Counter*, scheduler::kNumFinishReasons> finished_{};
+  std::array<prometheus::Counter*, kNumRejections> rejected_{};
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* itl_;
+  prometheus::Histogram* e2e_;
+  prometheus::Histogram* queue_time_;
+  prometheus::Histogram* prompt_len_;
+  prometheus::Histogram* generation_len_;
+
+  // Per-step.
+  prometheus::Histogram* step_tokens_;
+  prometheus::Histogram* step_duration_;
+};
+
+}  // namespace kvserve::server

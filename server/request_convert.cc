@@ -1,0 +1,225 @@
+#include "server/request_convert.h"
+
+#include <utf8proc.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "server/status_map.h"
+
+namespace kvserve::server {
+namespace {
+
+absl::Status Invalid(std::string_view field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": ", why));
+}
+
+absl::Status CheckLength(std::string_view text, std::string_view field, size_t max_bytes) {
+  if (text.size() > max_bytes) {
+    return Invalid(field, absl::StrCat("at most ", max_bytes, " bytes, got ", text.size()));
+  }
+  return CheckUtf8(text, field);
+}
+
+absl::Status ConvertStopping(const v1::StoppingParams& in, int32_t vocab_size,
+                             const engine::Tokenizer* tokenizer, scheduler::StopParams* out) {
+  out->max_tokens = in.max_tokens();
+  out->min_tokens = in.min_tokens();
+  out->ignore_eos = in.ignore_eos();
+  out->skip_special_tokens = in.skip_special_tokens();
+  if (in.stop_token_ids_size() > kMaxStopTokenIds) {
+    return Invalid("stopping.stop_token_ids",
+                   absl::StrCat("at most ", kMaxStopTokenIds, " ids, got ", in.stop_token_ids_size()));
+  }
+  if (absl::Status s = CheckTokenIds(in.stop_token_ids(), "stopping.stop_token_ids", vocab_size);
+      !s.ok()) {
+    return s;
+  }
+  out->stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
+  if (in.stop_size() > kMaxStopStrings) {
+    return Invalid("stopping.stop",
+                   absl::StrCat("at most ", kMaxStopStrings, " stop strings, got ", in.stop_size()));
+  }
+  if (in.stop_size() > 0 && tokenizer == nullptr) {
+    return Invalid("stopping.stop", "the model has no tokenizer, so no text to match");
+  }
+  for (int i = 0; i < in.stop_size(); ++i) {
+    const std::string field = absl::StrCat("stopping.stop[", i, "]");
+    if (in.stop(i).empty()) return Invalid(field, "empty stop string");
+    if (absl::Status s = CheckLength(in.stop(i), field, kMaxStopStringBytes); !s.ok()) return s;
+    out->stop_strings.push_back(in.stop(i));
+  }
+  return absl::OkStatus();
+}
+
+void ConvertSampling(const v1::SamplingParams& in, engine::SamplingParams* out) {
+  out->temperature = in.temperature();
+  out->top_k = in.top_k();
+  out->top_p = in.top_p();
+  out->min_p = in.min_p();
+  out->repetition_penalty = in.repetition_penalty();
+  out->presence_penalty = in.presence_penalty();
+  out->frequency_penalty = in.frequency_penalty();
+  out->seed = in.seed();
+}
+
+}  // namespace
+
+absl::Status CheckUtf8(std::string_view text, std::string_view field) {
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  size_t i = 0;
+  while (i < text.size()) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n =
+        utf8proc_iterate(bytes + i, static_cast<utf8proc_ssize_t>(text.size() - i), &cp);
+    if (n <= 0 || cp < 0) {
+      return Invalid(field, absl::StrCat("not valid UTF-8 (byte offset ", i, ")"));
+    }
+    i += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
+                           std::string_view field, int32_t vocab_size) {
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return Invalid(absl::StrCat(std::string(field), "[", i, "]"),
+                     absl::StrCat("id ", ids[i], " outside the vocabulary [0, ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> TokenizeText(const engine::Tokenizer* tokenizer,
+                                                  std::string_view text, std::string_view field,
+                                                  bool add_special_tokens) {
+  if (tokenizer == nullptr) return Invalid(field, "the model has no tokenizer; send token ids");
+  if (absl::Status s = CheckUtf8(text, field); !s.ok()) return s;
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(text, add_special_tokens);
+  if (!ids.ok()) return Invalid(field, std::string(ids.status().message()));
+  return ids;
+}
+
+absl::StatusOr<scheduler::RequestParams> ToRequestParams(const v1::GenerateRequest& request,
+                                                         const engine::Tokenizer* tokenizer,
+                                                         int32_t vocab_size) {
+  scheduler::RequestParams params;
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      if (request.text().empty()) return Invalid("text", "empty prompt");
+      auto ids = TokenizeText(tokenizer, request.text(), "text", request.add_special_tokens());
+      if (!ids.ok()) return ids.status();
+      params.prompt_tokens = *std::move(ids);
+      if (params.prompt_tokens.empty()) return Invalid("text", "the prompt encodes to no tokens");
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      const auto& ids = request.token_ids().ids();
+      if (ids.empty()) return Invalid("token_ids", "empty prompt");
+      if (absl::Status s = CheckTokenIds(ids, "token_ids.ids", vocab_size); !s.ok()) return s;
+      params.prompt_tokens.assign(ids.begin(), ids.end());
+      break;
+    }
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      return Invalid("prompt", "set either text or token_ids");
+  }
+  ConvertSampling(request.sampling(), &params.sampling);
+  if (request.has_logprobs()) {
+    if (request.logprobs() < 0 || request.logprobs() > engine::kMaxLogprobs) {
+      return Invalid("logprobs", absl::StrCat("must be in [0, ", engine::kMaxLogprobs, "], got ",
+                                              request.logprobs()));
+    }
+    params.return_logprobs = true;
+    params.sampling.num_logprobs = request.logprobs();
+  }
+  if (absl::Status s = ConvertStopping(request.stopping(), vocab_size, tokenizer, &params.stop);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckLength(request.request_id(), "request_id", kMaxRequestIdBytes);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckLength(request.cache_salt(), "cache_salt", kMaxCacheSaltBytes);
+      !s.ok()) {
+    return s;
+  }
+  params.priority = request.priority();
+  params.cache_salt = request.cache_salt();
+  return params;
+}
+
+v1::FinishReason ToProto(scheduler::FinishReason reason) {
+  using scheduler::FinishReason;
+  switch (reason) {
+    case FinishReason::kStopToken:
+    case FinishReason::kStopString:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kAborted:
+    case FinishReason::kRejected:
+      return v1::FINISH_REASON_ABORTED;
+    case FinishReason::kExpired:
+      return v1::FINISH_REASON_DEADLINE;
+    case FinishReason::kError:
+      return v1::FINISH_REASON_ERROR;
+    case FinishReason::kNone:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void AppendOutput(const scheduler::RequestOutput& output, v1::GenerateResponse* response) {
+  for (int32_t id : output.token_ids) response->add_token_ids(id);
+  response->mutable_text()->append(output.text);
+  for (const scheduler::TokenLogprobs& lp : output.logprobs) {
+    v1::TokenLogprob* p = response->add_logprobs();
+    p->set_token_id(lp.token);
+    p->set_logprob(lp.logprob);
+    for (const engine::TokenLogprob& top : lp.top) {
+      v1::TopLogprob* t = p->add_top();
+      t->set_token_id(top.token);
+      t->set_logprob(top.logprob);
+    }
+  }
+  if (!output.finished) return;
+  response->set_finished(true);
+  response->set_finish_reason(ToProto(output.finish_reason));
+  if (output.finish_reason == scheduler::FinishReason::kStopString) {
+    response->set_stop_string(output.stop_string);
+  }
+  if (output.finish_reason == scheduler::FinishReason::kStopToken) {
+    response->set_stop_token(output.stop_token);
+  }
+  v1::Usage* usage = response->mutable_usage();
+  usage->set_prompt_tokens(output.usage.prompt_tokens);
+  usage->set_cached_prompt_tokens(output.usage.cached_prompt_tokens);
+  usage->set_completion_tokens(output.usage.completion_tokens);
+  v1::Timings* timings = response->mutable_timings();
+  timings->set_queue_s(output.timings.queue_s);
+  timings->set_time_to_first_token_s(output.timings.time_to_first_token_s);
+  timings->set_e2e_s(output.timings.e2e_s);
+}
+
+grpc::Status FinalStatus(const scheduler::RequestOutput& final_output) {
+  using scheduler::FinishReason;
+  switch (final_output.finish_reason) {
+    case FinishReason::kExpired:
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "the deadline passed before the request finished");
+    case FinishReason::kAborted:
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the request was aborted: the server is shutting down");
+    case FinishReason::kError:
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          std::string(final_output.status.message()));
+    case FinishReason::kRejected:
+      return ToGrpcStatus(final_output.status);
+    default:
+      return grpc::Status::OK;
+  }
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,58 @@
+// Protobuf <-> native conversion for the v1 API. Protobuf types stop here
+// (DESIGN.md): below server/ everything is scheduler/engine types.
+//
+// Validation split: this file checks what only the API knows (oneof presence,
+// string sizes and UTF-8, list lengths, token ids against the vocabulary) and
+// names fields as the proto does; CapacityPolicy::CheckSubmission (at Submit)
+// checks ranges and whether the request can ever run.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "grpcpp/support/status.h"
+#include "kvserve/v1/kvserve.pb.h"
+#include "scheduler/request.h"
+
+namespace kvserve::server {
+
+// Limits on request fields (documented in kvserve.proto).
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr int kMaxStopStringBytes = 256;
+inline constexpr int kMaxStopTokenIds = 64;
+inline constexpr int kMaxRequestIdBytes = 128;
+inline constexpr int kMaxCacheSaltBytes = 256;
+
+// InvalidArgument "<field>: not valid UTF-8 (byte offset N)" unless valid.
+absl::Status CheckUtf8(std::string_view text, std::string_view field);
+
+// The native request; InvalidArgument naming the field on bad input.
+// tokenizer may be null (then text prompts and stop strings are invalid).
+absl::StatusOr<scheduler::RequestParams> ToRequestParams(const v1::GenerateRequest& request,
+                                                         const engine::Tokenizer* tokenizer,
+                                                         int32_t vocab_size);
+
+// Token ids for Tokenize / Detokenize, checked the same way.
+absl::StatusOr<std::vector<int32_t>> TokenizeText(const engine::Tokenizer* tokenizer,
+                                                  std::string_view text, std::string_view field,
+                                                  bool add_special_tokens);
+absl::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
+                           std::string_view field, int32_t vocab_size);
+
+v1::FinishReason ToProto(scheduler::FinishReason reason);
+
+// Appends one engine output (the deltas, and the final fields when it is the
+// final message) to `response`; several outputs may be merged into one
+// response, in order.
+void AppendOutput(const scheduler::RequestOutput& output, v1::GenerateResponse* response);
+
+// The RPC status a stream ends with, given its final output: OK for
+// stop/length; DEADLINE_EXCEEDED for an expired request; UNAVAILABLE for one
+// aborted by shutdown; INTERNAL for a failed step.
+grpc::Status FinalStatus(const scheduler::RequestOutput& final_output);
+
+}  // namespace kvserve::server

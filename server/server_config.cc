@@ -1,0 +1,58 @@
+#include "server/server_config.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::server {
+namespace {
+
+absl::Status Bad(const char* flag, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why));
+}
+
+template <typename T>
+absl::Status CheckRange(const char* flag, T value, T lo, T hi) {
+  if (value < lo || value > hi) {
+    return Bad(flag, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateConfig(const ServerConfig& c) {
+  for (absl::Status s : {
+           CheckRange("port", c.port, 0, 65535),
+           CheckRange("metrics_port", c.metrics_port, 0, 65535),
+           CheckRange("num_kv_blocks", c.num_kv_blocks, 0, 1 << 24),
+           CheckRange<int64_t>("kv_cache_memory_mb", c.kv_cache_memory_mb, 1, int64_t{1} << 24),
+           CheckRange("block_size", c.block_size, 1, 256),
+           CheckRange("max_num_seqs", c.max_num_seqs, 1, 1 << 16),
+           CheckRange("max_num_batched_tokens", c.max_num_batched_tokens, 1, 1 << 20),
+           CheckRange("max_waiting_requests", c.max_waiting_requests, 0, 1 << 24),
+           CheckRange<int64_t>("max_waiting_tokens", c.max_waiting_tokens, 1, int64_t{1} << 40),
+           CheckRange("max_model_len", c.max_model_len, 0, 1 << 24),
+           CheckRange("drain_timeout_s", c.drain_timeout_s, 0.0, 86400.0),
+           CheckRange("health_stall_timeout_s", c.health_stall_timeout_s, 0.1, 86400.0),
+           CheckRange("max_receive_message_bytes", c.max_receive_message_bytes, 1024, 1 << 30),
+       }) {
+    if (!s.ok()) return s;
+  }
+  if (c.backend != "auto" && c.backend != "cpu" && c.backend != "cuda") {
+    return Bad("backend", absl::StrCat("must be auto, cpu or cuda, got \"", c.backend, "\""));
+  }
+  if (c.host.empty()) return Bad("host", "empty");
+  if (c.metrics_host.empty()) return Bad("metrics_host", "empty");
+  if (c.model.empty()) return Bad("model", "empty");
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    return Bad(c.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
+               "TLS needs both --tls_cert_file and --tls_key_file");
+  }
+  if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
+    return Bad("tls_client_ca_file", "mTLS needs --tls_cert_file and --tls_key_file too");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,50 @@
+// ServerConfig: everything the daemon is told on its command line
+// (server/flags.cc defines the flags and documents each one).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvserve::server {
+
+struct ServerConfig {
+  std::string host = "0.0.0.0";
+  int32_t port = 50051;  // 0: an ephemeral port, printed in the ready line
+  std::string metrics_host = "0.0.0.0";
+  int32_t metrics_port = 9400;  // 0: ephemeral
+
+  std::string model = "builtin:tiny";
+  std::string backend = "auto";  // auto | cpu | cuda
+
+  int32_t num_kv_blocks = 0;         // 0: from kv_cache_memory_mb
+  int64_t kv_cache_memory_mb = 256;  // used when num_kv_blocks == 0
+  int32_t block_size = 16;
+  int32_t max_num_seqs = 64;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t max_waiting_requests = 1024;
+  int64_t max_waiting_tokens = int64_t{1} << 20;
+  int32_t max_model_len = 0;  // 0: the model's
+  bool enable_prefix_caching = true;
+
+  std::string tls_cert_file;       // with tls_key_file: TLS
+  std::string tls_key_file;
+  std::string tls_client_ca_file;  // also: mTLS (client certificates required)
+  std::string auth_token_file;     // bearer token for the inference RPCs
+
+  double drain_timeout_s = 30;
+  double health_stall_timeout_s = 30;
+  int32_t max_receive_message_bytes = 4 << 20;
+  bool log_requests = true;
+};
+
+// InvalidArgument naming the flag (--name) for values out of range or
+// inconsistent combinations. Model-dependent checks happen after loading.
+absl::Status ValidateConfig(const ServerConfig& config);
+
+// The config from the parsed command-line flags, validated.
+absl::StatusOr<ServerConfig> ConfigFromFlags();
+
+}  // namespace kvserve::server
