@@ -1,0 +1,74 @@
+#include "server/server_config.h"
+
+#include <gtest/gtest.h>
+
+#include "server/health_monitor.h"
+#include "server/status_map.h"
+
+namespace kvserve::server {
+namespace {
+
+std::string Error(const ServerConfig& c) {
+  const absl::Status s = ValidateConfig(c);
+  return s.ok() ? "" : std::string(s.message());
+}
+
+TEST(ServerConfig, DefaultsAreValid) { EXPECT_EQ(Error(ServerConfig{}), ""); }
+
+TEST(ServerConfig, BadValuesNameTheFlag) {
+  ServerConfig c;
+  c.block_size = 0;
+  EXPECT_EQ(Error(c), "--block_size: must be in [1, 256], got 0");
+  c = ServerConfig{};
+  c.port = 70000;
+  EXPECT_NE(Error(c).find("--port:"), std::string::npos);
+  c = ServerConfig{};
+  c.backend = "tpu";
+  EXPECT_NE(Error(c).find("--backend: must be auto, cpu or cuda"), std::string::npos);
+  c = ServerConfig{};
+  c.tls_cert_file = "cert.pem";
+  EXPECT_NE(Error(c).find("--tls_key_file"), std::string::npos);
+  c = ServerConfig{};
+  c.tls_client_ca_file = "ca.pem";
+  EXPECT_NE(Error(c).find("--tls_client_ca_file"), std::string::npos);
+  c = ServerConfig{};
+  c.max_num_seqs = 0;
+  EXPECT_NE(Error(c).find("--max_num_seqs"), std::string::npos);
+  c = ServerConfig{};
+  c.drain_timeout_s = -1;
+  EXPECT_NE(Error(c).find("--drain_timeout_s"), std::string::npos);
+}
+
+TEST(HealthMonitor, StallOnlyWhileBusy) {
+  const TimePoint t0{std::chrono::seconds(1000)};
+  const auto stall = std::chrono::seconds(5);
+  // Idle: healthy however old the last step is.
+  EXPECT_TRUE(EngineLooksAlive(std::nullopt, t0, t0 + std::chrono::hours(1), stall));
+  // Just became busy after a long idle period: not stalled yet.
+  EXPECT_TRUE(EngineLooksAlive(t0 + std::chrono::seconds(100), t0,
+                               t0 + std::chrono::seconds(101), stall));
+  // Busy, stepping: healthy.
+  EXPECT_TRUE(EngineLooksAlive(t0, t0 + std::chrono::seconds(8), t0 + std::chrono::seconds(10),
+                               stall));
+  // Busy, no step for longer than the timeout: stalled.
+  EXPECT_FALSE(EngineLooksAlive(t0, t0 + std::chrono::seconds(1), t0 + std::chrono::seconds(7),
+                                stall));
+}
+
+TEST(StatusMap, CodesAndMessagesCarryOver) {
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+  const grpc::Status s = ToGrpcStatus(absl::ResourceExhaustedError("queue full"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.error_message(), "queue full");
+  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("x")).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ToGrpcStatus(absl::UnavailableError("x")).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(ToGrpcStatus(absl::DeadlineExceededError("x")).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(ToGrpcStatus(absl::UnauthenticatedError("x")).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+}  // namespace
+}  // namespace kvserve::server
