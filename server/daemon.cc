@@ -195,7 +195,7 @@ int RunDaemon(const ServerConfig& config) {
                        .backend = backend,
                        .block_size = config.block_size,
                        .version = KVSERVE_VERSION},
-      [&loop] { return loop.Stats(); });
+      loop);
   loop.SetStepObserver([m = metrics.get()](const scheduler::StepRecord& s) { m->OnStep(s); });
   loop.Start();
 

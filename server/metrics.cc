@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <chrono>
 #include <utility>
 
 namespace kvserve::server {
@@ -57,8 +58,8 @@ const char* RejectionLabel(Rejection why) {
 
 }  // namespace
 
-ServerMetrics::ServerMetrics(const ServerInfoLabels& info, StatsSource stats)
-    : stats_(std::move(stats)), registry_(std::make_shared<prometheus::Registry>()) {
+ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::EngineLoop& loop)
+    : loop_(loop), registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
   BuildGauge()
       .Name("kvserve_server_info")
@@ -101,6 +102,19 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, StatsSource stats)
       &BuildGauge()
            .Name("kvserve_kv_cache_accounting_consistent")
            .Help("1 when in-use + free-cached + free-uncached blocks equal the capacity, else 0.")
+           .Register(r)
+           .Add({});
+
+  engine_busy_ = &BuildGauge()
+                      .Name("kvserve_engine_busy")
+                      .Help("1 while the engine loop has unfinished requests, else 0.")
+                      .Register(r)
+                      .Add({});
+  last_step_timestamp_ =
+      &BuildGauge()
+           .Name("kvserve_engine_last_step_timestamp_seconds")
+           .Help("Unix time when the engine loop last completed a step (its heartbeat); 0 before "
+                 "the first. Busy with an old heartbeat means stalled.")
            .Register(r)
            .Add({});
 
@@ -194,8 +208,21 @@ void ServerMetrics::OnStep(const scheduler::StepRecord& step) {
 void ServerMetrics::OnRejected(Rejection why) { rejected_[static_cast<int>(why)]->Increment(); }
 
 void ServerMetrics::Refresh() const {
-  const scheduler::SchedulerStats s = stats_();
+  const scheduler::SchedulerStats s = loop_.Stats();
+  const scheduler::TimePoint last_step = loop_.LastStepTime();
+  // The heartbeat is a steady-clock time; export it as Unix time.
+  const double last_step_unix =
+      last_step == scheduler::TimePoint{}
+          ? 0.0
+          : std::chrono::duration<double>(
+                (std::chrono::system_clock::now() -
+                 std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                     scheduler::Clock::now() - last_step))
+                    .time_since_epoch())
+                .count();
   std::lock_guard<std::mutex> lock(refresh_mu_);
+  engine_busy_->Set(loop_.busy() ? 1 : 0);
+  last_step_timestamp_->Set(last_step_unix);
   running_->Set(s.num_running);
   waiting_->Set(s.num_waiting);
   const auto& pool = s.kv.pool;

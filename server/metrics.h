@@ -3,7 +3,7 @@
 // (docs/metrics.md lists them).
 //
 // Three sources:
-// - gauges and scheduler counters (preemptions, prefix-cache tokens) are read
+// - gauges (the engine heartbeat included) and scheduler counters (preemptions, prefix-cache tokens) are read
 //   from EngineLoop::Stats() at scrape time (Collect below): the values are
 //   exact as of the loop's last iteration, and nothing runs between scrapes;
 // - per-request counters and histograms are fed by OnOutput from each
@@ -48,8 +48,9 @@ struct ServerInfoLabels {
 
 class ServerMetrics : public prometheus::Collectable {
  public:
-  using StatsSource = std::function<scheduler::SchedulerStats()>;
-  ServerMetrics(const ServerInfoLabels& info, StatsSource stats);
+  // `loop` (its Stats and heartbeat are read at scrape time) must outlive
+  // this object.
+  ServerMetrics(const ServerInfoLabels& info, const scheduler::EngineLoop& loop);
 
   void OnOutput(const scheduler::RequestOutput& output);
   void OnStep(const scheduler::StepRecord& step);
@@ -62,7 +63,7 @@ class ServerMetrics : public prometheus::Collectable {
  private:
   void Refresh() const;
 
-  const StatsSource stats_;
+  const scheduler::EngineLoop& loop_;
   std::shared_ptr<prometheus::Registry> registry_;
 
   // Scrape-time gauges.
@@ -74,6 +75,8 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Gauge* blocks_capacity_;
   prometheus::Gauge* usage_ratio_;
   prometheus::Gauge* accounting_consistent_;
+  prometheus::Gauge* engine_busy_;
+  prometheus::Gauge* last_step_timestamp_;
 
   // Counters mirrored from the scheduler's cumulative stats (by delta).
   prometheus::Counter* preemptions_;
