@@ -5,6 +5,8 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "server/daemon.h"
 #include "server/server_config.h"
 
@@ -19,8 +21,14 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // --help lists the daemon's own flags (defined in server/flags.cc).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/flags.cc");
+  };
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
-      "kvserve: LLM inference server. Serves kvserve.v1.KvServe (gRPC, with health and "
+      "LLM inference server. Serves kvserve.v1.KvServe (gRPC, with health and "
       "reflection) and Prometheus metrics.\n  kvserve --model=builtin:tiny --port=50051 "
       "--metrics_port=9400");
   const auto positional = absl::ParseCommandLine(argc, argv);
