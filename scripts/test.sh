@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine, builds kvserve and runs the whole test suite
-# (C++ unit tests and the Hugging Face oracle tests) through CTest.
+# (C++ unit tests, the Hugging Face oracle tests, the integration tests that
+# run the real daemon, and the deployment checks) through CTest.
 # Exits non-zero when any test fails.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
