@@ -259,6 +259,12 @@ int RunDaemon(const ServerConfig& config) {
   loop.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   health.Stop();
+  // Stopping civetweb (the Exposer's destructor) waits about a second for
+  // its worker threads; the process is exiting, so its threads and sockets
+  // are left to the OS. Detach first: from here on no scrape reads the loop,
+  // which is destroyed when this function returns.
+  metrics->Detach();
+  exposer.release();  // NOLINT(bugprone-unused-return-value): intentionally leaked
   engine::Log().info("drained{}; exiting", drained ? "" : " (deadline reached)");
   spdlog::shutdown();
   return 0;

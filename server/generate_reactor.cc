@@ -139,6 +139,10 @@ void GenerateReactor::Act(std::unique_lock<std::mutex>& lock) {
   }
 }
 
+bool GenerateReactor::DeadlinePassed() const {
+  return std::chrono::system_clock::now() >= context_->deadline();
+}
+
 void GenerateReactor::OnWriteDone(bool ok) {
   bool abort = false;
   std::unique_lock<std::mutex> lock(stream_->mu);
@@ -146,7 +150,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
   if (!ok) {
     // The stream broke (client gone): stop the request in the engine.
     stream_->cancelled = true;
-    abort = submitted_ && !stream_->final_queued;
+    abort = submitted_ && !stream_->final_queued && !DeadlinePassed();
   }
   Act(lock);
   if (abort) state_.loop().Abort(engine_id_);
@@ -155,9 +159,13 @@ void GenerateReactor::OnWriteDone(bool ok) {
 void GenerateReactor::OnCancel() {
   std::unique_lock<std::mutex> lock(stream_->mu);
   stream_->cancelled = true;
-  const bool abort = submitted_ && !stream_->final_queued;
+  // A cancel caused by the call's deadline is left to the scheduler, which
+  // holds the same deadline and finishes the request as expired at its next
+  // iteration (so it is counted as "deadline", not "aborted"). Any other
+  // cancel aborts it now; either way its KV blocks are freed and its final
+  // output is dropped.
+  const bool abort = submitted_ && !stream_->final_queued && !DeadlinePassed();
   Act(lock);  // finishes now unless a write is in flight (then OnWriteDone does)
-  // Frees the request's KV blocks; its final (aborted) output is dropped.
   if (abort) state_.loop().Abort(engine_id_);
 }
 

@@ -64,6 +64,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Validates and submits the request, or refuses it (Finish at once).
   void Begin(const v1::GenerateRequest& request);
   void Refuse(const grpc::Status& status);
+  bool DeadlinePassed() const;
 
   ServingState& state_;
   grpc::CallbackServerContext* const context_;

@@ -59,7 +59,7 @@ const char* RejectionLabel(Rejection why) {
 }  // namespace
 
 ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::EngineLoop& loop)
-    : loop_(loop), registry_(std::make_shared<prometheus::Registry>()) {
+    : loop_(&loop), registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
   BuildGauge()
       .Name("kvserve_server_info")
@@ -207,9 +207,16 @@ void ServerMetrics::OnStep(const scheduler::StepRecord& step) {
 
 void ServerMetrics::OnRejected(Rejection why) { rejected_[static_cast<int>(why)]->Increment(); }
 
+void ServerMetrics::Detach() {
+  std::lock_guard<std::mutex> lock(refresh_mu_);
+  loop_ = nullptr;
+}
+
 void ServerMetrics::Refresh() const {
-  const scheduler::SchedulerStats s = loop_.Stats();
-  const scheduler::TimePoint last_step = loop_.LastStepTime();
+  std::lock_guard<std::mutex> lock(refresh_mu_);
+  if (loop_ == nullptr) return;
+  const scheduler::SchedulerStats s = loop_->Stats();
+  const scheduler::TimePoint last_step = loop_->LastStepTime();
   // The heartbeat is a steady-clock time; export it as Unix time.
   const double last_step_unix =
       last_step == scheduler::TimePoint{}
@@ -220,8 +227,7 @@ void ServerMetrics::Refresh() const {
                      scheduler::Clock::now() - last_step))
                     .time_since_epoch())
                 .count();
-  std::lock_guard<std::mutex> lock(refresh_mu_);
-  engine_busy_->Set(loop_.busy() ? 1 : 0);
+  engine_busy_->Set(loop_->busy() ? 1 : 0);
   last_step_timestamp_->Set(last_step_unix);
   running_->Set(s.num_running);
   waiting_->Set(s.num_waiting);

@@ -55,6 +55,9 @@ class ServerMetrics : public prometheus::Collectable {
   void OnOutput(const scheduler::RequestOutput& output);
   void OnStep(const scheduler::StepRecord& step);
   void OnRejected(Rejection why);
+  // Stops reading the loop: later scrapes return the last values. After it
+  // returns the loop may be destroyed.
+  void Detach();
 
   // prometheus::Collectable: refreshes the scrape-time values, then returns
   // every family.
@@ -63,7 +66,8 @@ class ServerMetrics : public prometheus::Collectable {
  private:
   void Refresh() const;
 
-  const scheduler::EngineLoop& loop_;
+  mutable std::mutex refresh_mu_;
+  const scheduler::EngineLoop* loop_;  // guarded by refresh_mu_; null once detached
   std::shared_ptr<prometheus::Registry> registry_;
 
   // Scrape-time gauges.
@@ -82,7 +86,6 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Counter* preemptions_;
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
-  mutable std::mutex refresh_mu_;
   mutable scheduler::SchedulerStats last_;  // guarded by refresh_mu_
 
   // Per-request.
