@@ -1,0 +1,52 @@
+"""Bad flag values make the daemon exit non-zero at once, saying why."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+import kvserve_fixtures as kf
+
+BASE = ["--host=127.0.0.1", "--port=0", "--metrics_host=127.0.0.1", "--metrics_port=0"]
+
+CASES = [
+    ("block-size-0", ["--model=builtin:tiny", "--block_size=0"], ["block_size"]),
+    ("model-nonexistent", ["--model=/nonexistent"], ["/nonexistent"]),
+    ("backend-bogus", ["--model=builtin:tiny", "--backend=bogus"], ["backend"]),
+    ("max-num-seqs-0", ["--model=builtin:tiny", "--max_num_seqs=0"], ["max_num_seqs"]),
+    ("auth-token-file-missing",
+     ["--model=builtin:tiny", "--auth_token_file=/nonexistent/kvserve-token"],
+     ["auth_token_file", "/nonexistent/kvserve-token"]),
+    ("tls-cert-file-missing",
+     ["--model=builtin:tiny", "--tls_cert_file=/nonexistent/cert.pem",
+      "--tls_key_file=/nonexistent/key.pem"],
+     ["tls_cert_file", "/nonexistent/cert.pem"]),
+]
+
+
+@pytest.mark.parametrize("flags,mentions", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_flag_exits_nonzero(flags, mentions, tmp_path):
+    binary = kf.require_binary(kf.daemon_path())
+    cmd = [str(binary), *BASE, *flags]
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60  # safety net; expected well under a second
+    try:
+        while proc.poll() is None:
+            if "kvserve ready" in out_path.read_text(errors="replace"):
+                pytest.fail(f"{cmd} started serving\nstderr: {err_path.read_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{cmd} still running after 60 s\nstderr: {err_path.read_text()}")
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    stderr = err_path.read_text(errors="replace")
+    assert proc.returncode != 0, f"{cmd} exited 0\nstderr: {stderr}"
+    assert "kvserve ready" not in out_path.read_text(errors="replace")
+    assert any(m in stderr for m in mentions), (
+        f"stderr must mention {' or '.join(mentions)}:\n{stderr}")
