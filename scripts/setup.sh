@@ -16,6 +16,11 @@ debian_packages=(
   prometheus openssl curl
 )
 
+# kubectl renders the Kubernetes manifests in the deploy tests. Debian's
+# kubernetes-client provides it unless another kubectl package already does
+# (they ship the same file and cannot both be installed).
+command -v kubectl >/dev/null || debian_packages+=(kubernetes-client)
+
 missing=()
 for p in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
