@@ -3,4 +3,7 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+# The daemon harness is shared with the integration tests.
+sys.path.insert(0, str(HERE.parent / "integration"))

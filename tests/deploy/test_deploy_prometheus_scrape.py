@@ -37,7 +37,7 @@ def stack(tmp_path_factory):
             f"rule_files:\n  - {h.PROMETHEUS_DIR / 'alerts.yml'}\n"
             "scrape_configs:\n  - job_name: kvserve\n    scrape_interval: 1s\n"
             "    scrape_timeout: 1s\n"
-            f"    static_configs:\n      - targets: ['127.0.0.1:{daemon.metrics_port}']\n")
+            f"    static_configs:\n      - targets: ['{daemon.metrics_address}']\n")
         log = open(tmp / "prometheus.log", "wb")
         proc = subprocess.Popen(
             [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",

@@ -242,6 +242,11 @@ class Daemon:
         return self.stub.GetModelInfo(pb2.GetModelInfoRequest(), timeout=30, metadata=metadata)
 
     # -- metrics ------------------------------------------------------------
+    @property
+    def metrics_address(self) -> str:
+        """host:port of the /metrics endpoint (a Prometheus scrape target)."""
+        return self.metrics_url.split("//", 1)[1].split("/", 1)[0]
+
     def metrics_text(self, timeout: float = 10.0) -> str:
         with _HTTP.open(self.metrics_url, timeout=timeout) as resp:
             assert resp.status == 200, f"GET {self.metrics_url}: HTTP {resp.status}"
@@ -299,7 +304,9 @@ def start_daemon(tmp_dir: Path, *flags: str, model: str = "builtin:tiny",
     """Starts $KVSERVE_BUILD_DIR/server/kvserve on loopback ephemeral ports.
 
     `flags` are extra absl flags; --model defaults to builtin:tiny and --backend
-    to $KVSERVE_TEST_BACKEND (cpu) unless given.
+    to $KVSERVE_TEST_BACKEND (cpu) unless given. The loopback ephemeral ports
+    come last, so they win over any --host/--port in `flags` (absl: the last
+    value of a flag counts).
     Fails the test when the binary is missing or the daemon does not get ready.
     """
     binary = require_binary(daemon_path())
@@ -308,12 +315,13 @@ def start_daemon(tmp_dir: Path, *flags: str, model: str = "builtin:tiny",
     n = len(list(tmp_dir.glob("kvserve-*.stderr")))
     stdout_path = tmp_dir / f"kvserve-{n}.stdout"
     stderr_path = tmp_dir / f"kvserve-{n}.stderr"
-    args = ["--host=127.0.0.1", "--port=0", "--metrics_host=127.0.0.1", "--metrics_port=0"]
+    args = []
     if not any(f.startswith("--model=") for f in flags):
         args.append(f"--model={model}")
     if not any(f.startswith("--backend=") for f in flags):
         args.append(f"--backend={TEST_BACKEND}")
     args += list(flags)
+    args += ["--host=127.0.0.1", "--port=0", "--metrics_host=127.0.0.1", "--metrics_port=0"]
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         proc = subprocess.Popen([str(binary), *args], stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL, env=env)

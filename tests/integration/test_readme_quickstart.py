@@ -8,7 +8,7 @@ temporary directory where `build` links to $KVSERVE_BUILD_DIR (so that
 checks each one's exit status and output, then stops the daemon with SIGTERM
 and expects a clean exit.
 
-Self-contained: it uses no fixture of conftest.py. The default ports are part
+It starts the daemon itself, as run.sh does. The default ports are part
 of what the README promises, so a taken port fails the test (it never skips),
 and so does a missing binary.
 """
@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from kvserve_fixtures import require_binary
 
 SOURCE_DIR = Path(os.environ.get("KVSERVE_SOURCE_DIR") or Path(__file__).resolve().parents[2])
 BUILD_DIR = Path(os.environ.get("KVSERVE_BUILD_DIR") or SOURCE_DIR / "build")
@@ -71,15 +73,6 @@ def kind_of(command: str) -> str:
     if words and words[0] == "curl" and "/metrics" in command:
         return "metrics"
     return "other"
-
-
-def require_executable(path: Path) -> None:
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(
-            f"binary not found or not executable: {path} "
-            f"(KVSERVE_BUILD_DIR={os.environ.get('KVSERVE_BUILD_DIR')!r}); build it first",
-            pytrace=False,
-        )
 
 
 def require_port_free(port: int, what: str) -> None:
@@ -160,8 +153,8 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def daemon(workdir):
-    require_executable(BUILD_DIR / "server" / "kvserve")
-    require_executable(BUILD_DIR / "tools" / "kvserve-client")
+    require_binary(BUILD_DIR / "server" / "kvserve")
+    require_binary(BUILD_DIR / "tools" / "kvserve-client")
     require_port_free(GRPC_PORT, "gRPC")
     require_port_free(METRICS_PORT, "metrics")
     process = Daemon(workdir)
