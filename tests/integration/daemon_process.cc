@@ -1,9 +1,6 @@
 #include "tests/integration/daemon_process.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "tools/loadgen/metrics_scrape.h"
 
 namespace kvserve::testing {
 namespace {
@@ -108,28 +107,8 @@ std::string DaemonProcess::StderrLog() const {
 }
 
 std::string ScrapeMetrics(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  const std::string host = address.substr(0, colon);
-  const int port = std::atoi(address.c_str() + colon + 1);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        "GET /metrics HTTP/1.0\r\nHost: " + address + "\r\nConnection: close\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[8192];
-      ssize_t n = 0;
-      while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
-    }
-  }
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
+  absl::StatusOr<std::string> body = loadgen::HttpGet("http://" + address + "/metrics");
+  return body.ok() ? *body : "";
 }
 
 std::map<std::string, double> ParseMetrics(const std::string& text) {

@@ -39,7 +39,8 @@ class DaemonProcess {
   std::string stderr_path_;
 };
 
-// GET http://address/metrics; empty on failure.
+// GET http://address/metrics (kvserve-loadgen's HTTP client); empty on
+// failure.
 std::string ScrapeMetrics(const std::string& address);
 
 // "name{labels}" -> value, for every sample line.
