@@ -103,8 +103,13 @@ void EngineLoop::Apply(std::vector<Command>& commands) {
   commands.clear();
 }
 
-void EngineLoop::Publish() {
+void EngineLoop::Publish(std::optional<Clock::duration> step_duration) {
   SchedulerStats s = core_->Stats();
+  if (step_duration.has_value() && step_observer_) {
+    step_observer_({.num_tokens = s.last_step_tokens,
+                    .num_seqs = s.last_step_seqs,
+                    .duration_s = std::chrono::duration<double>(*step_duration).count()});
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     published_waiting_ = s.num_waiting;
@@ -141,22 +146,18 @@ void EngineLoop::Run() {
     }
     Apply(commands);
     bool stepped = false;
+    Clock::duration step_duration{};
     if (core_->HasUnfinished()) {
       const TimePoint step_start = Clock::now();
       stepped = core_->Step();
       if (stepped) {
         const TimePoint step_end = Clock::now();
         heartbeat_ns_.store(step_end.time_since_epoch().count(), std::memory_order_relaxed);
-        if (step_observer_) {
-          const SchedulerStats& s = core_->scheduler().Stats();
-          step_observer_({.num_tokens = s.last_step_tokens,
-                          .num_seqs = s.last_step_seqs,
-                          .duration_s = std::chrono::duration<double>(step_end - step_start).count()});
-        }
+        step_duration = step_end - step_start;
       }
     }
     last_step_empty = core_->HasUnfinished() && !stepped;
-    Publish();
+    Publish(stepped ? std::optional<Clock::duration>(step_duration) : std::nullopt);
   }
   Shutdown();
 }
@@ -175,7 +176,7 @@ void EngineLoop::Shutdown() {
   // its aborted message once.
   Apply(commands);
   core_->scheduler().AbortAll(Clock::now(), AbortCause::kShutdown);
-  Publish();
+  Publish(std::nullopt);
 }
 
 SchedulerStats EngineLoop::Stats() const {

@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -95,7 +96,8 @@ class EngineLoop {
 
   void Run();
   void Apply(std::vector<Command>& commands);
-  void Publish();
+  // step_duration: set when a model step just ran (fed to the observer).
+  void Publish(std::optional<Clock::duration> step_duration);
   void Shutdown();  // loop thread (or Stop() when never started)
 
   const CapacityPolicy policy_;       // static checks and limits, any thread

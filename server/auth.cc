@@ -1,10 +1,9 @@
 #include "server/auth.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "server/server_config.h"
 
 namespace kvserve::server {
 namespace {
@@ -25,11 +24,9 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 }  // namespace
 
 absl::StatusOr<std::string> LoadAuthToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("--auth_token_file: cannot read ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(buffer.str()));
+  absl::StatusOr<std::string> contents = ReadFlagFile(path, "auth_token_file");
+  if (!contents.ok()) return contents.status();
+  std::string token(absl::StripAsciiWhitespace(*contents));
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: ", path, " is empty"));
   }

@@ -7,9 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -51,24 +49,16 @@ void InstallAsyncLogger() {
   spdlog::flush_every(std::chrono::seconds(1));
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("--", flag, ": cannot read ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const ServerConfig& c) {
   if (c.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions options;
-  auto cert = ReadFile(c.tls_cert_file, "tls_cert_file");
+  auto cert = ReadFlagFile(c.tls_cert_file, "tls_cert_file");
   if (!cert.ok()) return cert.status();
-  auto key = ReadFile(c.tls_key_file, "tls_key_file");
+  auto key = ReadFlagFile(c.tls_key_file, "tls_key_file");
   if (!key.ok()) return key.status();
   options.pem_key_cert_pairs.push_back({*key, *cert});
   if (!c.tls_client_ca_file.empty()) {
-    auto ca = ReadFile(c.tls_client_ca_file, "tls_client_ca_file");
+    auto ca = ReadFlagFile(c.tls_client_ca_file, "tls_client_ca_file");
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *ca;
     options.client_certificate_request =

@@ -1,5 +1,7 @@
 #include "server/server_config.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +22,14 @@ absl::Status CheckRange(const char* flag, T value, T lo, T hi) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadFlagFile(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--", flag, ": cannot read ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
 
 absl::Status ValidateConfig(const ServerConfig& c) {
   for (absl::Status s : {

@@ -44,6 +44,10 @@ struct ServerConfig {
 // inconsistent combinations. Model-dependent checks happen after loading.
 absl::Status ValidateConfig(const ServerConfig& config);
 
+// The contents of the file a flag names (TLS PEM files, the auth token);
+// NotFound "--<flag>: cannot read <path>" when it cannot be read.
+absl::StatusOr<std::string> ReadFlagFile(const std::string& path, const char* flag);
+
 // The config from the parsed command-line flags, validated.
 absl::StatusOr<ServerConfig> ConfigFromFlags();
 
