@@ -1,6 +1,5 @@
 #include "server/auth.h"
 
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/server_config.h"

@@ -61,8 +61,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const S
     auto ca = ReadFlagFile(c.tls_client_ca_file, "tls_client_ca_file");
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *ca;
-    options.client_certificate_request =
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(options);
 }
@@ -107,8 +106,7 @@ int StartupFailed(const absl::Status& status) {
 
 // Waits for SIGTERM/SIGINT (blocked in every thread by main). The first one
 // sets *signalled; the second exits the process at once.
-void StartSignalThread(std::atomic<bool>* signalled, std::condition_variable* cv,
-                       std::mutex* mu) {
+void StartSignalThread(std::atomic<bool>* signalled, std::condition_variable* cv, std::mutex* mu) {
   std::thread([signalled, cv, mu] {
     sigset_t signals;
     sigemptyset(&signals);
@@ -147,9 +145,9 @@ int RunDaemon(const ServerConfig& config) {
 
   absl::StatusOr<std::unique_ptr<engine::Model>> loaded = engine::LoadModel(config.model);
   if (!loaded.ok()) {
-    return StartupFailed(absl::Status(loaded.status().code(),
-                                      absl::StrCat("--model=", config.model, ": ",
-                                                   std::string(loaded.status().message()))));
+    return StartupFailed(absl::Status(
+        loaded.status().code(),
+        absl::StrCat("--model=", config.model, ": ", std::string(loaded.status().message()))));
   }
   const engine::Model& model = **loaded;
 
@@ -163,9 +161,8 @@ int RunDaemon(const ServerConfig& config) {
   engine_config.max_waiting_tokens = config.max_waiting_tokens;
   const int32_t model_len = static_cast<int32_t>(model.config.max_position_embeddings);
   if (config.max_model_len > model_len) {
-    return StartupFailed(absl::InvalidArgumentError(
-        absl::StrCat("--max_model_len=", config.max_model_len, " exceeds the model's ",
-                     model_len)));
+    return StartupFailed(absl::InvalidArgumentError(absl::StrCat(
+        "--max_model_len=", config.max_model_len, " exceeds the model's ", model_len)));
   }
   engine_config.max_model_len = config.max_model_len > 0 ? config.max_model_len : model_len;
 
@@ -175,17 +172,15 @@ int RunDaemon(const ServerConfig& config) {
     if (!loaded_token.ok()) return StartupFailed(loaded_token.status());
     token = *std::move(loaded_token);
   }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeCredentials(config);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeCredentials(config);
   if (!credentials.ok()) return StartupFailed(credentials.status());
 
   scheduler::EngineLoop loop(scheduler::EngineCore::ForModel(model, engine_config));
-  auto metrics = std::make_shared<ServerMetrics>(
-      ServerInfoLabels{.model = model.name,
-                       .backend = backend,
-                       .block_size = config.block_size,
-                       .version = KVSERVE_VERSION},
-      loop);
+  auto metrics = std::make_shared<ServerMetrics>(ServerInfoLabels{.model = model.name,
+                                                                  .backend = backend,
+                                                                  .block_size = config.block_size,
+                                                                  .version = KVSERVE_VERSION},
+                                                 loop);
   loop.SetStepObserver([m = metrics.get()](const scheduler::StepRecord& s) { m->OnStep(s); });
   loop.Start();
 
@@ -194,9 +189,9 @@ int RunDaemon(const ServerConfig& config) {
     exposer = std::make_unique<prometheus::Exposer>(
         absl::StrCat(config.metrics_host, ":", config.metrics_port));
   } catch (const std::exception& e) {
-    return StartupFailed(absl::UnavailableError(absl::StrCat(
-        "--metrics_host/--metrics_port: cannot listen on ", config.metrics_host, ":",
-        config.metrics_port, ": ", e.what())));
+    return StartupFailed(absl::UnavailableError(
+        absl::StrCat("--metrics_host/--metrics_port: cannot listen on ", config.metrics_host, ":",
+                     config.metrics_port, ": ", e.what())));
   }
   exposer->RegisterCollectable(metrics);
   const int metrics_port = exposer->GetListeningPorts().at(0);
@@ -214,12 +209,12 @@ int RunDaemon(const ServerConfig& config) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || grpc_port == 0) {
-    return StartupFailed(absl::UnavailableError(
-        absl::StrCat("--host/--port: cannot listen on ", address)));
+    return StartupFailed(
+        absl::UnavailableError(absl::StrCat("--host/--port: cannot listen on ", address)));
   }
-  HealthMonitor health(server->GetHealthCheckService(), &loop,
-                       std::chrono::duration_cast<Clock::duration>(
-                           Seconds(config.health_stall_timeout_s)));
+  HealthMonitor health(
+      server->GetHealthCheckService(), &loop,
+      std::chrono::duration_cast<Clock::duration>(Seconds(config.health_stall_timeout_s)));
   health.Start();
 
   engine::Log().info(

@@ -10,10 +10,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "nlohmann/json.hpp"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/sampling/sampler.h"
+#include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, model, "builtin:tiny",
           "builtin:tiny, builtin:small, or a Hugging Face checkpoint directory");
@@ -116,8 +116,7 @@ int main(int argc, char** argv) {
   const std::string tail = detok.Flush();
   text += tail;
   if (json) {
-    const nlohmann::json j = {
-        {"prompt_token_ids", prompt}, {"token_ids", output}, {"text", text}};
+    const nlohmann::json j = {{"prompt_token_ids", prompt}, {"token_ids", output}, {"text", text}};
     std::cout << j.dump() << std::endl;
   } else {
     std::cout << tail << std::endl;

@@ -66,8 +66,7 @@ void GenerateReactor::Begin(const v1::GenerateRequest& request) {
   request_id_ = request.request_id();
 
   // The callback may run on the engine loop before Submit even returns.
-  scheduler::OutputCallback callback = [stream = stream_, &state = state_,
-                                        client_id = request_id_](
+  scheduler::OutputCallback callback = [stream = stream_, &state = state_, client_id = request_id_](
                                            scheduler::RequestOutput&& output) {
     Deliver(stream, state, client_id, std::move(output));
   };
@@ -79,8 +78,8 @@ void GenerateReactor::Begin(const v1::GenerateRequest& request) {
 }
 
 void GenerateReactor::Refuse(const grpc::Status& status) {
-  state_.metrics().OnRejected(RejectionOf(absl::Status(
-      static_cast<absl::StatusCode>(status.error_code()), status.error_message())));
+  state_.metrics().OnRejected(RejectionOf(
+      absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message())));
   std::lock_guard<std::mutex> lock(stream_->mu);
   stream_->finishing = true;
   Finish(status);
@@ -117,8 +116,7 @@ bool GenerateReactor::NextActionLocked(bool* finish) {
   for (const scheduler::RequestOutput& out : s.pending) {
     AppendOutput(out, &response_);
     if (out.finished) {
-      response_.set_request_id(request_id_.empty() ? std::to_string(out.request_id)
-                                                   : request_id_);
+      response_.set_request_id(request_id_.empty() ? std::to_string(out.request_id) : request_id_);
       finish_status_ = FinalStatus(out);
       final_written_ = true;  // takes effect once this write completes (OnWriteDone ok)
     }

@@ -47,9 +47,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     std::mutex mu;
     GenerateReactor* reactor = nullptr;  // null once OnDone ran
     std::deque<scheduler::RequestOutput> pending;
-    bool writing = false;     // a StartWrite is in flight
-    bool finishing = false;   // Finish was (or is being) called
-    bool cancelled = false;   // OnCancel ran or a write failed
+    bool writing = false;    // a StartWrite is in flight
+    bool finishing = false;  // Finish was (or is being) called
+    bool cancelled = false;  // OnCancel ran or a write failed
     bool final_queued = false;
   };
 

@@ -52,9 +52,9 @@ class HealthMonitor {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                 // guarded by mu_
+  bool stop_ = false;  // guarded by mu_
   std::atomic<bool> draining_{false};
-  std::optional<bool> published_;     // monitor thread only
+  std::optional<bool> published_;  // monitor thread only
   std::thread thread_;
 };
 

@@ -7,8 +7,7 @@
 namespace kvserve::server {
 namespace {
 
-grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
-                                 const grpc::Status& status) {
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const grpc::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
   return reactor;
@@ -45,8 +44,8 @@ grpc::ServerUnaryReactor* KvServeService::Tokenize(grpc::CallbackServerContext* 
                                                    const v1::TokenizeRequest* request,
                                                    v1::TokenizeResponse* response) {
   if (grpc::Status s = Admit(*context); !s.ok()) return Answer(context, s);
-  absl::StatusOr<std::vector<int32_t>> ids = TokenizeText(
-      state_.tokenizer(), request->text(), "text", request->add_special_tokens());
+  absl::StatusOr<std::vector<int32_t>> ids =
+      TokenizeText(state_.tokenizer(), request->text(), "text", request->add_special_tokens());
   if (!ids.ok()) return Answer(context, ToGrpcStatus(ids.status()));
   response->mutable_token_ids()->Add(ids->begin(), ids->end());
   return Answer(context, grpc::Status::OK);

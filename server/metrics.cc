@@ -14,9 +14,9 @@ using prometheus::Histogram;
 // Seconds. Fine at the low end: a CPU decode step of a small model and a GPU
 // step are a few milliseconds.
 const Histogram::BucketBoundaries kLatencyBuckets = {
-    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04,
-    0.05,   0.075, 0.1,   0.15,  0.2,   0.3,    0.4,  0.5,   0.75, 1.0,   2.5,  5.0,
-    7.5,    10.0,  20.0,  40.0,  80.0,  160.0,  320.0};
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03,
+    0.04,   0.05,  0.075, 0.1,   0.15,  0.2,    0.3,  0.4,   0.5,  0.75,  1.0,
+    2.5,    5.0,   7.5,   10.0,  20.0,  40.0,   80.0, 160.0, 320.0};
 const Histogram::BucketBoundaries kTokenCountBuckets = {
     1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
 
@@ -113,8 +113,9 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
   last_step_timestamp_ =
       &BuildGauge()
            .Name("kvserve_engine_last_step_timestamp_seconds")
-           .Help("Unix time when the engine loop last completed a step (its heartbeat); 0 before "
-                 "the first. Busy with an old heartbeat means stalled.")
+           .Help(
+               "Unix time when the engine loop last completed a step (its heartbeat); 0 before "
+               "the first. Busy with an old heartbeat means stalled.")
            .Register(r)
            .Add({});
 
@@ -148,8 +149,8 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
                        .Help("Accepted requests that finished, by finish reason.")
                        .Register(r);
   for (int i = 1; i < scheduler::kNumFinishReasons; ++i) {
-    finished_[i] = &finished.Add(
-        {{"finished_reason", FinishLabel(static_cast<scheduler::FinishReason>(i))}});
+    finished_[i] =
+        &finished.Add({{"finished_reason", FinishLabel(static_cast<scheduler::FinishReason>(i))}});
   }
   auto& rejected = BuildCounter()
                        .Name("kvserve_requests_rejected_total")
@@ -175,11 +176,11 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
                           kTokenCountBuckets);
   generation_len_ = histogram("kvserve_request_generation_tokens",
                               "Output tokens per finished request.", kTokenCountBuckets);
-  step_tokens_ = histogram("kvserve_iteration_tokens", "Tokens computed per engine step.",
-                           kTokenCountBuckets);
-  step_duration_ = histogram("kvserve_step_duration_seconds",
-                             "Duration of one engine step (schedule, model, sample, update).",
-                             kLatencyBuckets);
+  step_tokens_ =
+      histogram("kvserve_iteration_tokens", "Tokens computed per engine step.", kTokenCountBuckets);
+  step_duration_ =
+      histogram("kvserve_step_duration_seconds",
+                "Duration of one engine step (schedule, model, sample, update).", kLatencyBuckets);
 }
 
 void ServerMetrics::OnOutput(const scheduler::RequestOutput& output) {
@@ -245,8 +246,7 @@ void ServerMetrics::Refresh() const {
   preemptions_->Increment(static_cast<double>(s.num_preemptions - last_.num_preemptions));
   prefix_queries_->Increment(
       static_cast<double>(s.kv.prefix_queried_tokens - last_.kv.prefix_queried_tokens));
-  prefix_hits_->Increment(
-      static_cast<double>(s.kv.prefix_hit_tokens - last_.kv.prefix_hit_tokens));
+  prefix_hits_->Increment(static_cast<double>(s.kv.prefix_hit_tokens - last_.kv.prefix_hit_tokens));
   last_ = s;
 }
 

@@ -3,7 +3,8 @@
 // (docs/metrics.md lists them).
 //
 // Three sources:
-// - gauges (the engine heartbeat included) and scheduler counters (preemptions, prefix-cache tokens) are read
+// - gauges (the engine heartbeat included) and scheduler counters (preemptions, prefix-cache
+// tokens) are read
 //   from EngineLoop::Stats() at scrape time (Collect below): the values are
 //   exact as of the loop's last iteration, and nothing runs between scrapes;
 // - per-request counters and histograms are fed by OnOutput from each

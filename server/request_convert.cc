@@ -28,8 +28,8 @@ absl::Status ConvertStopping(const v1::StoppingParams& in, int32_t vocab_size,
   out->ignore_eos = in.ignore_eos();
   out->skip_special_tokens = in.skip_special_tokens();
   if (in.stop_token_ids_size() > kMaxStopTokenIds) {
-    return Invalid("stopping.stop_token_ids",
-                   absl::StrCat("at most ", kMaxStopTokenIds, " ids, got ", in.stop_token_ids_size()));
+    return Invalid("stopping.stop_token_ids", absl::StrCat("at most ", kMaxStopTokenIds,
+                                                           " ids, got ", in.stop_token_ids_size()));
   }
   if (absl::Status s = CheckTokenIds(in.stop_token_ids(), "stopping.stop_token_ids", vocab_size);
       !s.ok()) {
@@ -37,8 +37,8 @@ absl::Status ConvertStopping(const v1::StoppingParams& in, int32_t vocab_size,
   }
   out->stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
   if (in.stop_size() > kMaxStopStrings) {
-    return Invalid("stopping.stop",
-                   absl::StrCat("at most ", kMaxStopStrings, " stop strings, got ", in.stop_size()));
+    return Invalid("stopping.stop", absl::StrCat("at most ", kMaxStopStrings, " stop strings, got ",
+                                                 in.stop_size()));
   }
   if (in.stop_size() > 0 && tokenizer == nullptr) {
     return Invalid("stopping.stop", "the model has no tokenizer, so no text to match");
@@ -213,8 +213,7 @@ grpc::Status FinalStatus(const scheduler::RequestOutput& final_output) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the request was aborted: the server is shutting down");
     case FinishReason::kError:
-      return grpc::Status(grpc::StatusCode::INTERNAL,
-                          std::string(final_output.status.message()));
+      return grpc::Status(grpc::StatusCode::INTERNAL, std::string(final_output.status.message()));
     case FinishReason::kRejected:
       return ToGrpcStatus(final_output.status);
     default:

@@ -29,7 +29,7 @@ struct ServerConfig {
   int32_t max_model_len = 0;  // 0: the model's
   bool enable_prefix_caching = true;
 
-  std::string tls_cert_file;       // with tls_key_file: TLS
+  std::string tls_cert_file;  // with tls_key_file: TLS
   std::string tls_key_file;
   std::string tls_client_ca_file;  // also: mTLS (client certificates required)
   std::string auth_token_file;     // bearer token for the inference RPCs

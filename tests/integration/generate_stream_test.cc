@@ -194,13 +194,12 @@ TEST(GenerateStream, TwoHundredCancelledStreamsLeaveNothingBehind) {
   // cancelled before its first message may never have reached the server.)
   double finished = 0;
   for (const char* reason : {"stop", "length", "aborted", "deadline", "error"}) {
-    finished += m["kvserve_requests_finished_total{finished_reason=\"" + std::string(reason) +
-                  "\"}"];
+    finished +=
+        m["kvserve_requests_finished_total{finished_reason=\"" + std::string(reason) + "\"}"];
   }
   EXPECT_GE(finished, reached.load());
   EXPECT_LE(finished, kStreams);
-  EXPECT_EQ(m["kvserve_requests_finished_total{finished_reason=\"aborted\"}"] +
-                finished_ok.load(),
+  EXPECT_EQ(m["kvserve_requests_finished_total{finished_reason=\"aborted\"}"] + finished_ok.load(),
             finished);
 
   // The daemon still serves.

@@ -30,7 +30,8 @@
 #include "tools/loadgen/workload.h"
 
 ABSL_FLAG(std::string, address, "localhost:50051", "Server address, host:port (plain TCP).");
-ABSL_FLAG(int32_t, num_channels, 4, "gRPC channels (TCP connections); calls are spread round-robin.");
+ABSL_FLAG(int32_t, num_channels, 4,
+          "gRPC channels (TCP connections); calls are spread round-robin.");
 ABSL_FLAG(double, model_info_timeout_s, 30, "How long to wait for the server's GetModelInfo.");
 
 ABSL_FLAG(int64_t, num_requests, 100, "Requests per phase (>= 1).");
@@ -60,7 +61,8 @@ ABSL_FLAG(std::string, dataset, "",
           "JSONL file of {\"prompt\": \"...\"[, \"output_len\": N]} lines: text prompts.");
 ABSL_FLAG(bool, ignore_eos, true, "Generate exactly max_tokens (ignore EOS).");
 ABSL_FLAG(double, temperature, 0, "Sampling temperature (0: greedy).");
-ABSL_FLAG(uint64_t, seed, 0, "Seed of prompts, lengths, arrivals and sampling (phase k: seed + k).");
+ABSL_FLAG(uint64_t, seed, 0,
+          "Seed of prompts, lengths, arrivals and sampling (phase k: seed + k).");
 
 ABSL_FLAG(double, slo_ttft_ms, 0, "Goodput SLO on TTFT (ms); 0: none.");
 ABSL_FLAG(double, slo_tpot_ms, 0, "Goodput SLO on TPOT (ms); 0: none.");
@@ -95,7 +97,9 @@ bool ParseRate(const std::string& text, double* rate) {
   return absl::SimpleAtod(text, rate) && *rate > 0 && !std::isnan(*rate);
 }
 
-std::optional<double> SloFlag(double ms) { return ms > 0 ? std::optional<double>(ms) : std::nullopt; }
+std::optional<double> SloFlag(double ms) {
+  return ms > 0 ? std::optional<double>(ms) : std::nullopt;
+}
 
 void Scrape(const std::string& url, std::optional<std::map<std::string, double>>* into,
             std::string* error) {
@@ -111,17 +115,18 @@ void Scrape(const std::string& url, std::optional<std::map<std::string, double>>
 }
 
 Json ModelJson(const kvserve::v1::GetModelInfoResponse& m) {
-  return Json{{"model_name", m.model_name()},
-              {"architecture", m.architecture()},
-              {"max_model_len", m.max_model_len()},
-              {"vocab_size", m.vocab_size()},
-              {"block_size", m.block_size()},
-              {"num_kv_blocks", m.num_kv_blocks()},
-              {"backend", m.backend()},
-              {"version", m.version()},
-              {"max_num_seqs", m.max_num_seqs()},
-              {"max_num_batched_tokens", m.max_num_batched_tokens()},
-              {"eos_token_ids", std::vector<int32_t>(m.eos_token_ids().begin(), m.eos_token_ids().end())}};
+  return Json{
+      {"model_name", m.model_name()},
+      {"architecture", m.architecture()},
+      {"max_model_len", m.max_model_len()},
+      {"vocab_size", m.vocab_size()},
+      {"block_size", m.block_size()},
+      {"num_kv_blocks", m.num_kv_blocks()},
+      {"backend", m.backend()},
+      {"version", m.version()},
+      {"max_num_seqs", m.max_num_seqs()},
+      {"max_num_batched_tokens", m.max_num_batched_tokens()},
+      {"eos_token_ids", std::vector<int32_t>(m.eos_token_ids().begin(), m.eos_token_ids().end())}};
 }
 
 }  // namespace
@@ -158,12 +163,16 @@ int main(int argc, char** argv) {
   workload.num_requests = num_requests;
   auto prompt_dist = ParseLengthDist(absl::GetFlag(FLAGS_prompt_len_dist));
   auto output_dist = ParseLengthDist(absl::GetFlag(FLAGS_output_len_dist));
-  if (!prompt_dist.ok()) return Usage(absl::StrCat("--prompt_len_dist: ", prompt_dist.status().message()));
-  if (!output_dist.ok()) return Usage(absl::StrCat("--output_len_dist: ", output_dist.status().message()));
+  if (!prompt_dist.ok())
+    return Usage(absl::StrCat("--prompt_len_dist: ", prompt_dist.status().message()));
+  if (!output_dist.ok())
+    return Usage(absl::StrCat("--output_len_dist: ", output_dist.status().message()));
   workload.prompt_len = {*prompt_dist, static_cast<double>(absl::GetFlag(FLAGS_prompt_len)),
-                         absl::GetFlag(FLAGS_prompt_len_stddev), absl::GetFlag(FLAGS_prompt_len_range)};
+                         absl::GetFlag(FLAGS_prompt_len_stddev),
+                         absl::GetFlag(FLAGS_prompt_len_range)};
   workload.output_len = {*output_dist, static_cast<double>(absl::GetFlag(FLAGS_output_len)),
-                         absl::GetFlag(FLAGS_output_len_stddev), absl::GetFlag(FLAGS_output_len_range)};
+                         absl::GetFlag(FLAGS_output_len_stddev),
+                         absl::GetFlag(FLAGS_output_len_range)};
   workload.shared_prefix_len = absl::GetFlag(FLAGS_shared_prefix_len);
   workload.num_prefix_groups = absl::GetFlag(FLAGS_num_prefix_groups);
   if (!absl::GetFlag(FLAGS_dataset).empty()) {
@@ -179,7 +188,8 @@ int main(int argc, char** argv) {
   // ---- the server ----
   Runner runner(absl::GetFlag(FLAGS_address), absl::GetFlag(FLAGS_num_channels));
   kvserve::v1::GetModelInfoResponse info;
-  if (grpc::Status s = runner.GetModelInfo(absl::GetFlag(FLAGS_model_info_timeout_s), &info); !s.ok()) {
+  if (grpc::Status s = runner.GetModelInfo(absl::GetFlag(FLAGS_model_info_timeout_s), &info);
+      !s.ok()) {
     std::cerr << "kvserve-loadgen: GetModelInfo on " << absl::GetFlag(FLAGS_address)
               << " failed: " << StatusCodeName(s.error_code()) << ": " << s.error_message()
               << std::endl;
@@ -253,24 +263,28 @@ int main(int argc, char** argv) {
   }
   if (const std::string path = absl::GetFlag(FLAGS_output_json); !path.empty()) {
     Json config = Json::object();
-    for (const char* name : {"address", "num_channels", "num_requests", "request_rate",
-                             "concurrency", "sweep_rates", "max_duration_s", "request_timeout_s",
-                             "prompt_len", "prompt_len_dist", "prompt_len_stddev", "prompt_len_range",
-                             "output_len", "output_len_dist", "output_len_stddev", "output_len_range",
-                             "shared_prefix_len", "num_prefix_groups", "dataset", "ignore_eos",
-                             "temperature", "seed", "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms",
-                             "metrics_url"}) {
+    for (const char* name : {"address",           "num_channels",
+                             "num_requests",      "request_rate",
+                             "concurrency",       "sweep_rates",
+                             "max_duration_s",    "request_timeout_s",
+                             "prompt_len",        "prompt_len_dist",
+                             "prompt_len_stddev", "prompt_len_range",
+                             "output_len",        "output_len_dist",
+                             "output_len_stddev", "output_len_range",
+                             "shared_prefix_len", "num_prefix_groups",
+                             "dataset",           "ignore_eos",
+                             "temperature",       "seed",
+                             "slo_ttft_ms",       "slo_tpot_ms",
+                             "slo_e2e_ms",        "metrics_url"}) {
       const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
       config[name] = flag != nullptr ? flag->CurrentValue() : "";
     }
-    Json out{{"tool", "kvserve-loadgen"},
-             {"start_time_unix", static_cast<int64_t>(start_unix)},
-             {"exit_code", exit_code},
-             {"config", config},
-             {"model", ModelJson(info)},
-             {"num_phases", phases.size()},
+    Json out{{"tool", "kvserve-loadgen"}, {"start_time_unix", static_cast<int64_t>(start_unix)},
+             {"exit_code", exit_code},    {"config", config},
+             {"model", ModelJson(info)},  {"num_phases", phases.size()},
              {"phases", Json::array()}};
-    for (const PhaseReport& p : phases) out["phases"].push_back(PhaseToJson(p, absl::GetFlag(FLAGS_json_requests)));
+    for (const PhaseReport& p : phases)
+      out["phases"].push_back(PhaseToJson(p, absl::GetFlag(FLAGS_json_requests)));
     std::ofstream f(path);
     f << out.dump(2) << "\n";
     if (!f) {

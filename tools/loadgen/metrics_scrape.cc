@@ -54,7 +54,8 @@ absl::StatusOr<std::string> HttpGet(const std::string& url, double timeout_s) {
   const size_t colon = hostport.rfind(':');
   std::string host = colon == std::string::npos ? hostport : hostport.substr(0, colon);
   const std::string port = colon == std::string::npos ? "80" : hostport.substr(colon + 1);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
 
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -77,8 +78,8 @@ absl::StatusOr<std::string> HttpGet(const std::string& url, double timeout_s) {
     }
     int err = 0;
     socklen_t len = sizeof(err);
-    if (!WaitFd(s.fd, POLLOUT, deadline) || getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ||
-        err != 0) {
+    if (!WaitFd(s.fd, POLLOUT, deadline) ||
+        getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
       connect_error = err != 0 ? std::strerror(err) : "timed out";
       continue;
     }
@@ -86,7 +87,8 @@ absl::StatusOr<std::string> HttpGet(const std::string& url, double timeout_s) {
     break;
   }
   freeaddrinfo(res);
-  if (sock.fd < 0) return absl::UnavailableError(absl::StrCat("connect ", hostport, ": ", connect_error));
+  if (sock.fd < 0)
+    return absl::UnavailableError(absl::StrCat("connect ", hostport, ": ", connect_error));
 
   // HTTP/1.0 + Connection: close: the body ends at EOF, never chunked.
   const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", hostport,
@@ -150,7 +152,8 @@ std::map<std::string, double> ParsePrometheusSums(const std::string& text) {
     while (i < line.size() && line[i] == ' ') ++i;
     const size_t end = line.find(' ', i);
     double value = 0;
-    const std::string token = line.substr(i, end == std::string::npos ? std::string::npos : end - i);
+    const std::string token =
+        line.substr(i, end == std::string::npos ? std::string::npos : end - i);
     if (name.empty() || !absl::SimpleAtod(token, &value)) continue;
     sums[name] += value;
   }

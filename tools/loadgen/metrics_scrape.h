@@ -22,9 +22,9 @@ std::map<std::string, double> ParsePrometheusSums(const std::string& text);
 
 // The counters loadgen reports as before/after deltas.
 inline constexpr const char* kScrapedCounters[] = {
-    "kvserve_prefix_cache_hits_total",   "kvserve_prefix_cache_queries_total",
-    "kvserve_requests_finished_total",   "kvserve_generation_tokens_total",
-    "kvserve_prompt_tokens_total",       "kvserve_num_preemptions_total",
+    "kvserve_prefix_cache_hits_total", "kvserve_prefix_cache_queries_total",
+    "kvserve_requests_finished_total", "kvserve_generation_tokens_total",
+    "kvserve_prompt_tokens_total",     "kvserve_num_preemptions_total",
     "kvserve_requests_rejected_total",
 };
 

@@ -13,8 +13,8 @@ namespace {
 Json SummaryMs(const Summary& s) {
   auto ms = [&](double v) { return s.count > 0 ? Json(v * 1e3) : Json(nullptr); };
   return Json{{"count", s.count}, {"mean", ms(s.mean)}, {"stddev", ms(s.stddev)},
-              {"min", ms(s.min)},  {"p50", ms(s.p50)},   {"p90", ms(s.p90)},
-              {"p99", ms(s.p99)},  {"max", ms(s.max)}};
+              {"min", ms(s.min)}, {"p50", ms(s.p50)},   {"p90", ms(s.p90)},
+              {"p99", ms(s.p99)}, {"max", ms(s.max)}};
 }
 
 Json Optional(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
@@ -48,29 +48,31 @@ std::optional<double> PhaseReport::PrefixCacheHitRatio() const {
 Json RecordToJson(const RequestRecord& r) {
   std::vector<double> token_times_ms;  // per token, after the send time
   for (size_t c = 0; c < r.chunk_s.size(); ++c) {
-    for (int t = 0; t < r.chunk_tokens[c]; ++t) token_times_ms.push_back((r.chunk_s[c] - r.send_s) * 1e3);
+    for (int t = 0; t < r.chunk_tokens[c]; ++t)
+      token_times_ms.push_back((r.chunk_s[c] - r.send_s) * 1e3);
   }
-  return Json{{"index", r.index},
-              {"group", r.group},
-              {"prompt_len", r.prompt_len},
-              {"max_tokens", r.max_tokens},
-              {"sent", r.sent},
-              {"status", StatusCodeName(r.status_code)},
-              {"status_message", r.status_message},
-              {"cancelled_by_limit", r.cancelled_by_limit},
-              {"finish_reason", r.finish_reason},
-              {"send_s", r.send_s},
-              {"end_s", r.end_s},
-              {"ttft_ms", Optional(r.Ttft() ? std::optional<double>(*r.Ttft() * 1e3) : std::nullopt)},
-              {"tpot_ms", Optional(r.Tpot() ? std::optional<double>(*r.Tpot() * 1e3) : std::nullopt)},
-              {"e2e_ms", Optional(r.E2e() ? std::optional<double>(*r.E2e() * 1e3) : std::nullopt)},
-              {"num_tokens", r.num_tokens},
-              {"num_chunks", static_cast<int64_t>(r.chunk_s.size())},
-              {"usage",
-               {{"prompt_tokens", r.usage_prompt_tokens},
-                {"cached_prompt_tokens", r.usage_cached_prompt_tokens},
-                {"completion_tokens", r.usage_completion_tokens}}},
-              {"token_times_ms", token_times_ms}};
+  return Json{
+      {"index", r.index},
+      {"group", r.group},
+      {"prompt_len", r.prompt_len},
+      {"max_tokens", r.max_tokens},
+      {"sent", r.sent},
+      {"status", StatusCodeName(r.status_code)},
+      {"status_message", r.status_message},
+      {"cancelled_by_limit", r.cancelled_by_limit},
+      {"finish_reason", r.finish_reason},
+      {"send_s", r.send_s},
+      {"end_s", r.end_s},
+      {"ttft_ms", Optional(r.Ttft() ? std::optional<double>(*r.Ttft() * 1e3) : std::nullopt)},
+      {"tpot_ms", Optional(r.Tpot() ? std::optional<double>(*r.Tpot() * 1e3) : std::nullopt)},
+      {"e2e_ms", Optional(r.E2e() ? std::optional<double>(*r.E2e() * 1e3) : std::nullopt)},
+      {"num_tokens", r.num_tokens},
+      {"num_chunks", static_cast<int64_t>(r.chunk_s.size())},
+      {"usage",
+       {{"prompt_tokens", r.usage_prompt_tokens},
+        {"cached_prompt_tokens", r.usage_cached_prompt_tokens},
+        {"completion_tokens", r.usage_completion_tokens}}},
+      {"token_times_ms", token_times_ms}};
 }
 
 Json PhaseToJson(const PhaseReport& p, bool with_requests) {
@@ -84,10 +86,10 @@ Json PhaseToJson(const PhaseReport& p, bool with_requests) {
       if (auto d = p.MetricDelta(name)) deltas[name] = *d;
     }
   }
-  const double client_ratio =
-      s.total_prompt_tokens > 0
-          ? static_cast<double>(s.total_cached_prompt_tokens) / static_cast<double>(s.total_prompt_tokens)
-          : 0.0;
+  const double client_ratio = s.total_prompt_tokens > 0
+                                  ? static_cast<double>(s.total_cached_prompt_tokens) /
+                                        static_cast<double>(s.total_prompt_tokens)
+                                  : 0.0;
   Json j{
       {"phase", p.index},
       {"request_rate", std::isinf(p.request_rate) ? Json("inf") : Json(p.request_rate)},
@@ -143,17 +145,27 @@ void WriteCsv(const std::vector<PhaseReport>& phases, std::ostream& out) {
         }
       }
       // No field holds a comma or a quote: status names, reasons and numbers.
-      out << absl::StrJoin(
-                 std::vector<std::string>{
-                     absl::StrCat(p.index), RateString(p.request_rate), absl::StrCat(r.index),
-                     absl::StrCat(r.group), absl::StrCat(r.prompt_len), absl::StrCat(r.max_tokens),
-                     r.sent ? "1" : "0", StatusCodeName(r.status_code), r.finish_reason,
-                     absl::StrFormat("%.6f", r.send_s), absl::StrFormat("%.6f", r.end_s),
-                     Ms(r.Ttft()), Ms(r.Tpot()), Ms(r.E2e()), absl::StrCat(r.num_tokens),
-                     absl::StrCat(r.chunk_s.size()), absl::StrCat(r.usage_prompt_tokens),
-                     absl::StrCat(r.usage_cached_prompt_tokens),
-                     absl::StrCat(r.usage_completion_tokens), absl::StrJoin(times, ";")},
-                 ",")
+      out << absl::StrJoin(std::vector<std::string>{absl::StrCat(p.index),
+                                                    RateString(p.request_rate),
+                                                    absl::StrCat(r.index),
+                                                    absl::StrCat(r.group),
+                                                    absl::StrCat(r.prompt_len),
+                                                    absl::StrCat(r.max_tokens),
+                                                    r.sent ? "1" : "0",
+                                                    StatusCodeName(r.status_code),
+                                                    r.finish_reason,
+                                                    absl::StrFormat("%.6f", r.send_s),
+                                                    absl::StrFormat("%.6f", r.end_s),
+                                                    Ms(r.Ttft()),
+                                                    Ms(r.Tpot()),
+                                                    Ms(r.E2e()),
+                                                    absl::StrCat(r.num_tokens),
+                                                    absl::StrCat(r.chunk_s.size()),
+                                                    absl::StrCat(r.usage_prompt_tokens),
+                                                    absl::StrCat(r.usage_cached_prompt_tokens),
+                                                    absl::StrCat(r.usage_completion_tokens),
+                                                    absl::StrJoin(times, ";")},
+                           ",")
           << "\n";
     }
   }
@@ -174,8 +186,8 @@ std::string FormatPhase(const PhaseReport& p) {
          absl::StrFormat("%.2f / %.2f / %.2f / %.2f", x.mean * 1e3, x.p50 * 1e3, x.p90 * 1e3,
                          x.p99 * 1e3));
   };
-  absl::StrAppendFormat(&out, "==== kvserve-loadgen phase %d: rate=%s concurrency=%s ====\n", p.index,
-                        RateString(p.request_rate),
+  absl::StrAppendFormat(&out, "==== kvserve-loadgen phase %d: rate=%s concurrency=%s ====\n",
+                        p.index, RateString(p.request_rate),
                         p.concurrency > 0 ? absl::StrCat(p.concurrency) : "unlimited");
   line("Requests completed / sent / planned:",
        absl::StrFormat("%d / %d / %d", s.num_completed, s.num_sent, s.num_requests));
@@ -186,9 +198,9 @@ std::string FormatPhase(const PhaseReport& p) {
     line("Errors by status:", absl::StrJoin(parts, " "));
   }
   line("Duration (s):", absl::StrFormat("%.3f", s.duration_s));
-  line("Prompt / cached / output tokens:", absl::StrFormat("%d / %d / %d", s.total_prompt_tokens,
-                                                           s.total_cached_prompt_tokens,
-                                                           s.total_output_tokens));
+  line("Prompt / cached / output tokens:",
+       absl::StrFormat("%d / %d / %d", s.total_prompt_tokens, s.total_cached_prompt_tokens,
+                       s.total_output_tokens));
   line("Request throughput (req/s):", absl::StrFormat("%.3f", s.request_throughput));
   line("Output token throughput (tok/s):", absl::StrFormat("%.2f", s.output_token_throughput));
   line("Total token throughput (tok/s):", absl::StrFormat("%.2f", s.total_token_throughput));
@@ -211,8 +223,8 @@ std::string FormatPhase(const PhaseReport& p) {
 }
 
 std::string FormatSweepTable(const std::vector<PhaseReport>& phases) {
-  std::string out = absl::StrFormat("%8s %6s %6s %9s %10s %9s %9s %9s %9s %9s %9s\n", "rate", "done",
-                                    "failed", "req/s", "out_tok/s", "ttft_p50", "ttft_p99",
+  std::string out = absl::StrFormat("%8s %6s %6s %9s %10s %9s %9s %9s %9s %9s %9s\n", "rate",
+                                    "done", "failed", "req/s", "out_tok/s", "ttft_p50", "ttft_p99",
                                     "tpot_p50", "itl_p99", "e2e_p50", "e2e_p99");
   for (const PhaseReport& p : phases) {
     const PhaseStats& s = p.stats;

@@ -44,12 +44,26 @@ Json RecordToJson(const RequestRecord& record);
 // CSV: a header line of kCsvColumns, then one row per request of every phase.
 // token_times_ms: each token's arrival after the send time, ';'-separated
 // (tokens of one message share a time).
-inline constexpr const char* kCsvColumns[] = {
-    "phase",           "request_rate",        "index",          "group",
-    "prompt_len",      "max_tokens",          "sent",           "status",
-    "finish_reason",   "send_s",              "end_s",          "ttft_ms",
-    "tpot_ms",         "e2e_ms",              "num_tokens",     "num_chunks",
-    "prompt_tokens",   "cached_prompt_tokens", "completion_tokens", "token_times_ms"};
+inline constexpr const char* kCsvColumns[] = {"phase",
+                                              "request_rate",
+                                              "index",
+                                              "group",
+                                              "prompt_len",
+                                              "max_tokens",
+                                              "sent",
+                                              "status",
+                                              "finish_reason",
+                                              "send_s",
+                                              "end_s",
+                                              "ttft_ms",
+                                              "tpot_ms",
+                                              "e2e_ms",
+                                              "num_tokens",
+                                              "num_chunks",
+                                              "prompt_tokens",
+                                              "cached_prompt_tokens",
+                                              "completion_tokens",
+                                              "token_times_ms"};
 void WriteCsv(const std::vector<PhaseReport>& phases, std::ostream& out);
 
 // The summary of one phase, vLLM benchmark style, for stdout.

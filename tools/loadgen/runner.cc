@@ -78,12 +78,24 @@ class GenerateCall final : public grpc::ClientReadReactor<kvserve::v1::GenerateR
     if (response_.finished()) {
       record_.finished = true;
       switch (response_.finish_reason()) {
-        case kvserve::v1::FINISH_REASON_STOP: record_.finish_reason = "stop"; break;
-        case kvserve::v1::FINISH_REASON_LENGTH: record_.finish_reason = "length"; break;
-        case kvserve::v1::FINISH_REASON_ABORTED: record_.finish_reason = "aborted"; break;
-        case kvserve::v1::FINISH_REASON_DEADLINE: record_.finish_reason = "deadline"; break;
-        case kvserve::v1::FINISH_REASON_ERROR: record_.finish_reason = "error"; break;
-        default: record_.finish_reason = "unspecified"; break;
+        case kvserve::v1::FINISH_REASON_STOP:
+          record_.finish_reason = "stop";
+          break;
+        case kvserve::v1::FINISH_REASON_LENGTH:
+          record_.finish_reason = "length";
+          break;
+        case kvserve::v1::FINISH_REASON_ABORTED:
+          record_.finish_reason = "aborted";
+          break;
+        case kvserve::v1::FINISH_REASON_DEADLINE:
+          record_.finish_reason = "deadline";
+          break;
+        case kvserve::v1::FINISH_REASON_ERROR:
+          record_.finish_reason = "error";
+          break;
+        default:
+          record_.finish_reason = "unspecified";
+          break;
       }
       record_.usage_prompt_tokens = response_.usage().prompt_tokens();
       record_.usage_cached_prompt_tokens = response_.usage().cached_prompt_tokens();

@@ -30,14 +30,14 @@
 namespace kvserve::loadgen {
 
 struct PhaseOptions {
-  std::string label;                // progress bar prefix, e.g. "rate=4"
-  int64_t concurrency = 0;          // at most this many calls in flight; 0: no cap
-  double max_duration_s = 0;        // 0: no limit; then calls in flight are cancelled
-  double request_timeout_s = 0;     // per-call gRPC deadline; 0: none
+  std::string label;             // progress bar prefix, e.g. "rate=4"
+  int64_t concurrency = 0;       // at most this many calls in flight; 0: no cap
+  double max_duration_s = 0;     // 0: no limit; then calls in flight are cancelled
+  double request_timeout_s = 0;  // per-call gRPC deadline; 0: none
   float temperature = 0;
   bool ignore_eos = true;
-  std::string request_id_prefix;    // request_id = prefix + index
-  bool progress = false;            // draw a progress bar on stderr
+  std::string request_id_prefix;  // request_id = prefix + index
+  bool progress = false;          // draw a progress bar on stderr
 };
 
 class Runner {

@@ -29,9 +29,9 @@ struct RequestRecord {
   int64_t group = -1;
   int64_t prompt_len = -1;  // tokens sent (token-id prompt); -1 for a text prompt
   int64_t max_tokens = 0;
-  bool sent = false;      // false: never started (duration limit reached first)
-  double send_s = 0;      // when the call was started
-  double end_s = 0;       // when its status arrived
+  bool sent = false;  // false: never started (duration limit reached first)
+  double send_s = 0;  // when the call was started
+  double end_s = 0;   // when its status arrived
   // One entry per message that carried tokens: arrival time and token count.
   std::vector<double> chunk_s;
   std::vector<int32_t> chunk_tokens;
@@ -80,7 +80,7 @@ struct Slo {
 bool MeetsSlo(const RequestRecord& r, const Slo& slo);
 
 struct PhaseStats {
-  int64_t num_requests = 0;   // records given
+  int64_t num_requests = 0;  // records given
   int64_t num_sent = 0;
   int64_t num_completed = 0;  // ok()
   int64_t num_failed = 0;     // sent, not ok()

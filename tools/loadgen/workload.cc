@@ -23,7 +23,13 @@ uint64_t StreamSeed(uint64_t seed, uint64_t stream) {
 }
 
 enum Stream : uint64_t {
-  kPrompts, kPromptLengths, kPrefixes, kSampling, kArrivals, kDataset, kOutputLengths
+  kPrompts,
+  kPromptLengths,
+  kPrefixes,
+  kSampling,
+  kArrivals,
+  kDataset,
+  kOutputLengths
 };
 
 }  // namespace
@@ -33,9 +39,8 @@ absl::StatusOr<LengthDist> ParseLengthDist(const std::string& name) {
   if (name == "uniform") return LengthDist::kUniform;
   if (name == "normal") return LengthDist::kNormal;
   if (name == "lognormal") return LengthDist::kLognormal;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown length distribution \"", name,
-                   "\" (expected fixed, uniform, normal or lognormal)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown length distribution \"", name, "\" (expected fixed, uniform, normal or lognormal)"));
 }
 
 const char* LengthDistName(LengthDist dist) {
@@ -57,8 +62,8 @@ int64_t Rng::UniformInt(int64_t lo, int64_t hi) {
   const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;  // > 0 unless the full range
   if (span == 0) return static_cast<int64_t>(Next());
   // Reject the top partial copy of [0, span) so every value is equally likely.
-  const uint64_t limit = std::numeric_limits<uint64_t>::max() -
-                         std::numeric_limits<uint64_t>::max() % span;
+  const uint64_t limit =
+      std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % span;
   uint64_t x;
   do {
     x = Next();
@@ -221,7 +226,8 @@ absl::Status ReadDataset(const std::string& path, std::vector<std::string>* prom
     }
     output_lens->push_back(out_len);
   }
-  if (prompts->empty()) return absl::InvalidArgumentError(absl::StrCat("--dataset: ", path, " holds no prompt"));
+  if (prompts->empty())
+    return absl::InvalidArgumentError(absl::StrCat("--dataset: ", path, " holds no prompt"));
   return absl::OkStatus();
 }
 

@@ -32,9 +32,7 @@ class SentencePieceModel final : public SpModel {
   int bos_id() const override { return processor_.bos_id(); }
   int eos_id() const override { return processor_.eos_id(); }
   int unk_id() const override { return processor_.unk_id(); }
-  std::string SerializedModelProto() const override {
-    return processor_.serialized_model_proto();
-  }
+  std::string SerializedModelProto() const override { return processor_.serialized_model_proto(); }
 
  private:
   sentencepiece::SentencePieceProcessor processor_;

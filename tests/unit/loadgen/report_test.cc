@@ -54,13 +54,32 @@ PhaseReport SamplePhase() {
 
 TEST(LoadgenReportTest, JsonHasEveryField) {
   const Json j = PhaseToJson(SamplePhase(), /*with_requests=*/true);
-  for (const char* key :
-       {"phase", "request_rate", "concurrency", "num_requests", "num_sent", "num_completed",
-        "num_failed", "num_not_sent", "num_cancelled_by_limit", "duration_s",
-        "total_prompt_tokens", "total_cached_prompt_tokens", "total_output_tokens",
-        "request_throughput", "output_token_throughput", "total_token_throughput", "ttft_ms",
-        "tpot_ms", "itl_ms", "e2e_ms", "goodput", "errors", "prefix_cache",
-        "server_metrics_delta", "metrics_error", "requests"}) {
+  for (const char* key : {"phase",
+                          "request_rate",
+                          "concurrency",
+                          "num_requests",
+                          "num_sent",
+                          "num_completed",
+                          "num_failed",
+                          "num_not_sent",
+                          "num_cancelled_by_limit",
+                          "duration_s",
+                          "total_prompt_tokens",
+                          "total_cached_prompt_tokens",
+                          "total_output_tokens",
+                          "request_throughput",
+                          "output_token_throughput",
+                          "total_token_throughput",
+                          "ttft_ms",
+                          "tpot_ms",
+                          "itl_ms",
+                          "e2e_ms",
+                          "goodput",
+                          "errors",
+                          "prefix_cache",
+                          "server_metrics_delta",
+                          "metrics_error",
+                          "requests"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   for (const char* key : {"count", "mean", "stddev", "min", "p50", "p90", "p99", "max"}) {

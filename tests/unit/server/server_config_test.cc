@@ -45,14 +45,14 @@ TEST(HealthMonitor, StallOnlyWhileBusy) {
   // Idle: healthy however old the last step is.
   EXPECT_TRUE(EngineLooksAlive(std::nullopt, t0, t0 + std::chrono::hours(1), stall));
   // Just became busy after a long idle period: not stalled yet.
-  EXPECT_TRUE(EngineLooksAlive(t0 + std::chrono::seconds(100), t0,
-                               t0 + std::chrono::seconds(101), stall));
+  EXPECT_TRUE(
+      EngineLooksAlive(t0 + std::chrono::seconds(100), t0, t0 + std::chrono::seconds(101), stall));
   // Busy, stepping: healthy.
-  EXPECT_TRUE(EngineLooksAlive(t0, t0 + std::chrono::seconds(8), t0 + std::chrono::seconds(10),
-                               stall));
+  EXPECT_TRUE(
+      EngineLooksAlive(t0, t0 + std::chrono::seconds(8), t0 + std::chrono::seconds(10), stall));
   // Busy, no step for longer than the timeout: stalled.
-  EXPECT_FALSE(EngineLooksAlive(t0, t0 + std::chrono::seconds(1), t0 + std::chrono::seconds(7),
-                                stall));
+  EXPECT_FALSE(
+      EngineLooksAlive(t0, t0 + std::chrono::seconds(1), t0 + std::chrono::seconds(7), stall));
 }
 
 TEST(StatusMap, CodesAndMessagesCarryOver) {
@@ -62,8 +62,7 @@ TEST(StatusMap, CodesAndMessagesCarryOver) {
   EXPECT_EQ(s.error_message(), "queue full");
   EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("x")).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(ToGrpcStatus(absl::UnavailableError("x")).error_code(),
-            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(ToGrpcStatus(absl::UnavailableError("x")).error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(ToGrpcStatus(absl::DeadlineExceededError("x")).error_code(),
             grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_EQ(ToGrpcStatus(absl::UnauthenticatedError("x")).error_code(),
