@@ -406,28 +406,28 @@ def reference_generate(prompt: str, max_tokens: int, *, ignore_eos: bool = False
 # Requests.
 
 
-def text_request(prompt: str, max_tokens: int, *, ignore_eos: bool = False,
-                 temperature: float | None = 0.0, **fields):
+def _request(prompt_fields: dict, max_tokens: int, ignore_eos: bool,
+             temperature: float | None, fields: dict):
     pb2, _ = pb()
-    req = pb2.GenerateRequest(text=prompt, **fields)
+    req = pb2.GenerateRequest(**prompt_fields, **fields)
     if temperature is not None:
         req.sampling.temperature = temperature
     req.stopping.max_tokens = max_tokens
     if ignore_eos:
         req.stopping.ignore_eos = True
     return req
+
+
+def text_request(prompt: str, max_tokens: int, *, ignore_eos: bool = False,
+                 temperature: float | None = 0.0, **fields):
+    return _request({"text": prompt}, max_tokens, ignore_eos, temperature, fields)
 
 
 def ids_request(ids: list[int], max_tokens: int, *, ignore_eos: bool = False,
                 temperature: float | None = 0.0, **fields):
     pb2, _ = pb()
-    req = pb2.GenerateRequest(token_ids=pb2.TokenIds(ids=ids), **fields)
-    if temperature is not None:
-        req.sampling.temperature = temperature
-    req.stopping.max_tokens = max_tokens
-    if ignore_eos:
-        req.stopping.ignore_eos = True
-    return req
+    return _request({"token_ids": pb2.TokenIds(ids=ids)}, max_tokens, ignore_eos, temperature,
+                    fields)
 
 
 @dataclass
