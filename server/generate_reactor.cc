@@ -137,8 +137,14 @@ void GenerateReactor::Act(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-bool GenerateReactor::DeadlinePassed() const {
-  return std::chrono::system_clock::now() >= context_->deadline();
+bool GenerateReactor::CancelledByDeadline() const {
+  // The client's deadline timer fires before the server's copy of the
+  // deadline by the call's one-way latency, and the client then cancels: a
+  // cancel this close to the deadline is the deadline's.
+  constexpr auto kClientLead = std::chrono::milliseconds(200);
+  const auto deadline = context_->deadline();
+  return deadline != std::chrono::system_clock::time_point::max() &&
+         std::chrono::system_clock::now() + kClientLead >= deadline;
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {
@@ -148,7 +154,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
   if (!ok) {
     // The stream broke (client gone): stop the request in the engine.
     stream_->cancelled = true;
-    abort = submitted_ && !stream_->final_queued && !DeadlinePassed();
+    abort = submitted_ && !stream_->final_queued && !CancelledByDeadline();
   }
   Act(lock);
   if (abort) state_.loop().Abort(engine_id_);
@@ -162,7 +168,7 @@ void GenerateReactor::OnCancel() {
   // iteration (so it is counted as "deadline", not "aborted"). Any other
   // cancel aborts it now; either way its KV blocks are freed and its final
   // output is dropped.
-  const bool abort = submitted_ && !stream_->final_queued && !DeadlinePassed();
+  const bool abort = submitted_ && !stream_->final_queued && !CancelledByDeadline();
   Act(lock);  // finishes now unless a write is in flight (then OnWriteDone does)
   if (abort) state_.loop().Abort(engine_id_);
 }

@@ -64,7 +64,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Validates and submits the request, or refuses it (Finish at once).
   void Begin(const v1::GenerateRequest& request);
   void Refuse(const grpc::Status& status);
-  bool DeadlinePassed() const;
+  // True for a cancel at (or just before) the call's deadline.
+  bool CancelledByDeadline() const;
 
   ServingState& state_;
   grpc::CallbackServerContext* const context_;

@@ -104,7 +104,9 @@ TEST(GenerateStream, TokensEqualTheEnginesOutput) {
     const bool stopped = want.final.finish_reason == scheduler::FinishReason::kStopToken;
     EXPECT_EQ(got.final.finish_reason(),
               stopped ? v1::FINISH_REASON_STOP : v1::FINISH_REASON_LENGTH);
-    if (stopped) EXPECT_EQ(got.final.stop_token(), want.token_ids.back());
+    if (stopped) {
+      EXPECT_EQ(got.final.stop_token(), want.token_ids.back());
+    }
   }
   EXPECT_EQ(daemon.Stop(), 0);
 }
@@ -199,8 +201,13 @@ TEST(GenerateStream, TwoHundredCancelledStreamsLeaveNothingBehind) {
   }
   EXPECT_GE(finished, reached.load());
   EXPECT_LE(finished, kStreams);
-  EXPECT_EQ(m["kvserve_requests_finished_total{finished_reason=\"aborted\"}"] + finished_ok.load(),
-            finished);
+  // Each one was aborted or ran to its length. A stream can finish in the
+  // engine just before its cancel lands (the client then sees CANCELLED), so
+  // the streams that ended OK are at most the completed ones.
+  const double aborted = m["kvserve_requests_finished_total{finished_reason=\"aborted\"}"];
+  const double completed = m["kvserve_requests_finished_total{finished_reason=\"length\"}"];
+  EXPECT_EQ(aborted + completed, finished);
+  EXPECT_LE(finished_ok.load(), completed);
 
   // The daemon still serves.
   v1::GenerateRequest request;
