@@ -42,28 +42,7 @@ float HashUniform(uint64_t seed, uint64_t tensor, uint64_t index) {
 class BuiltinCheckpoint final : public SafetensorsCheckpoint {
  public:
   BuiltinCheckpoint(const ModelConfig& c, uint64_t seed) {
-    const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
-    // Linear weights are uniform with unit output variance (scale sqrt(3 / fan_in)),
-    // so activations stay O(1) and logits are far from uniform.
-    auto linear = [&](const std::string& name, int64_t rows, int64_t cols) {
-      Add(name, {rows, cols}, seed, static_cast<float>(std::sqrt(3.0 / cols)), 0.0f);
-    };
-    // Norm weights around 1.
-    auto norm = [&](const std::string& name) { Add(name, {h}, seed, 0.1f, 1.0f); };
-    Add("model.embed_tokens.weight", {c.vocab_size, h}, seed, 1.0f, 0.0f);
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string p = absl::StrCat("model.layers.", i, ".");
-      norm(p + "input_layernorm.weight");
-      linear(p + "self_attn.q_proj.weight", c.num_heads * d, h);
-      linear(p + "self_attn.k_proj.weight", c.num_kv_heads * d, h);
-      linear(p + "self_attn.v_proj.weight", c.num_kv_heads * d, h);
-      linear(p + "self_attn.o_proj.weight", h, c.num_heads * d);
-      norm(p + "post_attention_layernorm.weight");
-      linear(p + "mlp.gate_proj.weight", inter, h);
-      linear(p + "mlp.up_proj.weight", inter, h);
-      linear(p + "mlp.down_proj.weight", h, inter);
-    }
-    norm("model.norm.weight");
+    for (const BuiltinTensorSpec& spec : BuiltinTensorSpecs(c)) Add(spec, seed);
   }
 
   absl::StatusOr<const TensorInfo*> Find(std::string_view name) const override {
@@ -89,12 +68,12 @@ class BuiltinCheckpoint final : public SafetensorsCheckpoint {
     TensorInfo info;
   };
 
-  void Add(const std::string& name, std::vector<int64_t> shape, uint64_t seed, float scale,
-           float offset) {
-    const uint64_t tensor_index = tensors_.size();
+  void Add(const BuiltinTensorSpec& spec, uint64_t seed) {
+    const uint64_t tensor_index = spec.index;
+    const float scale = spec.scale, offset = spec.offset;
     int64_t count = 1;
-    for (int64_t s : shape) count *= s;
-    Tensor& t = tensors_[name];
+    for (int64_t d : spec.shape) count *= d;
+    Tensor& t = tensors_[spec.name];
     t.values.resize(count);
     float* out = t.values.data();
     kernels::ThreadPool::Default().ParallelFor(count, 1 << 16, [&](int64_t begin, int64_t end) {
@@ -102,10 +81,10 @@ class BuiltinCheckpoint final : public SafetensorsCheckpoint {
         out[i] = offset + scale * HashUniform(seed, tensor_index, static_cast<uint64_t>(i));
       }
     });
-    t.info = TensorInfo{.name = name,
+    t.info = TensorInfo{.name = spec.name,
                         .file = "builtin",
                         .dtype = DType::kF32,
-                        .shape = std::move(shape),
+                        .shape = spec.shape,
                         .data = reinterpret_cast<const uint8_t*>(t.values.data()),
                         .num_bytes = t.values.size() * sizeof(float)};
   }
@@ -114,6 +93,43 @@ class BuiltinCheckpoint final : public SafetensorsCheckpoint {
 };
 
 }  // namespace
+
+std::vector<BuiltinTensorSpec> BuiltinTensorSpecs(const ModelConfig& c) {
+  std::vector<BuiltinTensorSpec> specs;
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  auto add = [&](std::string name, std::vector<int64_t> shape, float scale, float offset) {
+    specs.push_back(BuiltinTensorSpec{.name = std::move(name),
+                                      .shape = std::move(shape),
+                                      .index = specs.size(),
+                                      .scale = scale,
+                                      .offset = offset});
+  };
+  // Linear weights are uniform with unit output variance (scale sqrt(3 / fan_in)),
+  // so activations stay O(1) and logits are far from uniform.
+  auto linear = [&](std::string name, int64_t rows, int64_t cols) {
+    add(std::move(name), {rows, cols}, static_cast<float>(std::sqrt(3.0 / cols)), 0.0f);
+  };
+  // Norm weights around 1.
+  auto norm = [&](std::string name) { add(std::move(name), {h}, 0.1f, 1.0f); };
+  add("model.embed_tokens.weight", {c.vocab_size, h}, 1.0f, 0.0f);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    norm(p + "input_layernorm.weight");
+    linear(p + "self_attn.q_proj.weight", c.num_heads * d, h);
+    linear(p + "self_attn.k_proj.weight", c.num_kv_heads * d, h);
+    linear(p + "self_attn.v_proj.weight", c.num_kv_heads * d, h);
+    linear(p + "self_attn.o_proj.weight", h, c.num_heads * d);
+    norm(p + "post_attention_layernorm.weight");
+    linear(p + "mlp.gate_proj.weight", inter, h);
+    linear(p + "mlp.up_proj.weight", inter, h);
+    linear(p + "mlp.down_proj.weight", h, inter);
+  }
+  norm("model.norm.weight");
+  if (!c.tie_word_embeddings) linear("lm_head.weight", c.vocab_size, h);
+  return specs;
+}
+
+bool IsDeviceOnlyBuiltin(std::string_view name) { return name == "llama3-8b"; }
 
 absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
   ModelConfig c = ByteLevelLlama();
@@ -131,9 +147,27 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
     c.num_heads = 9;
     c.num_kv_heads = 3;
     c.head_dim = 64;
+  } else if (name == "llama3-8b") {
+    // The Meta-Llama-3-8B shape (vocabulary included: the byte tokenizer
+    // only ever produces ids < 258, and ids past it decode to nothing).
+    c.vocab_size = 128256;
+    c.hidden_size = 4096;
+    c.intermediate_size = 14336;
+    c.num_layers = 32;
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    c.rope_theta = 500000.0;
+    c.rope_scaling = RopeScaling{.type = RopeScaling::Type::kLlama3,
+                                 .factor = 8.0,
+                                 .low_freq_factor = 1.0,
+                                 .high_freq_factor = 4.0,
+                                 .original_max_position_embeddings = 8192};
+    c.max_position_embeddings = 8192;
+    c.tie_word_embeddings = false;
   } else {
     return absl::NotFoundError(absl::StrCat("unknown builtin model \"", std::string(name),
-                                            "\" (builtin models: tiny, small)"));
+                                            "\" (builtin models: tiny, small, llama3-8b)"));
   }
   return c;
 }

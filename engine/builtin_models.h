@@ -5,6 +5,11 @@
 //   builtin:small  30 layers, hidden 576, 9 heads / 3 KV heads, MLP 1536 (the
 //                  SmolLM-135M shape with a 258-token vocabulary, ~106M
 //                  parameters): benchmarks
+//   builtin:llama3-8b  the Meta-Llama-3-8B shape (32 layers, hidden 4096,
+//                  32 / 8 heads, MLP 14336, vocabulary 128256, llama3 rope,
+//                  untied lm_head; 8.0B parameters): GPU benchmarks only.
+//                  Device-only: its weights are generated on the GPU by the
+//                  same hash (kernels/cuda FillHashUniform), never on the host.
 //
 // The weights are random, so the text they generate is noise; they exercise
 // exactly the code a real checkpoint does (they are read through the same
@@ -13,7 +18,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/loader/model_config.h"
@@ -22,6 +29,22 @@
 namespace kvserve::engine {
 
 inline constexpr uint64_t kBuiltinSeed = 0x6b7673657276ULL;  // "kvserv"
+
+// One generated tensor: element i is offset + scale * HashUniform(seed, index, i)
+// (HashUniform: uniform in [-1, 1) from SplitMix64, builtin_models.cc).
+struct BuiltinTensorSpec {
+  std::string name;  // transformers name
+  std::vector<int64_t> shape;
+  uint64_t index = 0;  // the tensor's number, which keys the hash
+  float scale = 1.0f;
+  float offset = 0.0f;
+};
+
+// Every tensor of a builtin model, in index order.
+std::vector<BuiltinTensorSpec> BuiltinTensorSpecs(const ModelConfig& config);
+
+// A builtin too large to generate on the host (served by the CUDA backend only).
+bool IsDeviceOnlyBuiltin(std::string_view name);
 
 // NotFound listing the builtin names for an unknown one.
 absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name);

@@ -16,16 +16,17 @@ constexpr char kBuiltinPrefix[] = "builtin:";
 absl::StatusOr<std::unique_ptr<Model>> Finish(std::unique_ptr<Model> model,
                                               const SafetensorsCheckpoint& checkpoint) {
   if (absl::Status s = model->config.Validate(); !s.ok()) return s;
+  model->rope_inv_freq = ComputeRopeInvFreq(model->config);
   auto weights = LoadWeights(model->config, checkpoint);
   if (!weights.ok()) return weights.status();
   model->weights = std::move(*weights);
-  model->rope_inv_freq = ComputeRopeInvFreq(model->config);
   return model;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec) {
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
+                                                 const LoadModelOptions& options) {
   auto model = std::make_unique<Model>();
   model->name = spec;
   if (absl::StartsWith(spec, kBuiltinPrefix)) {
@@ -33,6 +34,18 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec) {
     if (!config.ok()) return config.status();
     model->config = *config;
     model->tokenizer = MakeByteTokenizer();
+    model->builtin_seed = kBuiltinSeed;
+    if (!options.host_weights) {
+      if (absl::Status s = model->config.Validate(); !s.ok()) return s;
+      model->rope_inv_freq = ComputeRopeInvFreq(model->config);
+      return model;
+    }
+    if (IsDeviceOnlyBuiltin(spec.substr(sizeof(kBuiltinPrefix) - 1))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model \"", spec,
+          "\" is GPU-only: its fp32 host weights would not fit in memory; serve it with "
+          "--backend=cuda"));
+    }
     auto checkpoint = MakeBuiltinCheckpoint(model->config, kBuiltinSeed);
     return Finish(std::move(model), *checkpoint);
   }
@@ -55,7 +68,14 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec) {
   } else {
     Log().warn("{}: no tokenizer.json or tokenizer.model; only token-id prompts work", spec);
   }
-  return Finish(std::move(model), **checkpoint);
+  model->checkpoint = std::move(*checkpoint);
+  if (!options.host_weights) {
+    if (absl::Status s = model->config.Validate(); !s.ok()) return s;
+    model->rope_inv_freq = ComputeRopeInvFreq(model->config);
+    return model;
+  }
+  const SafetensorsCheckpoint& opened = *model->checkpoint;  // owned by *model, which Finish keeps
+  return Finish(std::move(model), opened);
 }
 
 }  // namespace kvserve::engine

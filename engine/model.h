@@ -2,7 +2,9 @@
 // rotary frequencies and tokenizer. Shared read-only by ModelRunners.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,10 +21,23 @@ struct Model {
   ModelWeights weights;
   std::vector<float> rope_inv_freq;      // [head_dim / 2]
   std::unique_ptr<Tokenizer> tokenizer;  // null when the checkpoint ships none
+
+  // Where a GPU runner takes its weights from: the opened (memory-mapped)
+  // checkpoint of a directory, or the seed of a builtin model's generated
+  // weights. With host_weights = false, `weights` stays empty.
+  std::unique_ptr<SafetensorsCheckpoint> checkpoint;
+  std::optional<uint64_t> builtin_seed;
+};
+
+struct LoadModelOptions {
+  // false: skip the CPU runner's fp32 packed weights (keeps the checkpoint
+  // open instead). Device-only builtins (builtin:llama3-8b) need false.
+  bool host_weights = true;
 };
 
 // `spec` is "builtin:NAME" or a Hugging Face checkpoint directory (config.json,
 // *.safetensors, and tokenizer.json or tokenizer.model).
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec);
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
+                                                 const LoadModelOptions& options = {});
 
 }  // namespace kvserve::engine

@@ -30,62 +30,15 @@ ModelRunner::ModelRunner(const Model& model, const RunnerOptions& options)
       cache_(ShapeFor(model.config, options)),
       pool_(options.pool != nullptr ? options.pool : &kernels::ThreadPool::Default()) {}
 
-absl::Status ModelRunner::Validate(const StepInput& in) const {
-  const int32_t n = in.num_tokens();
-  const int32_t seqs = in.num_seqs();
-  if (seqs < 0 || in.positions.size() != static_cast<size_t>(n) ||
-      in.slot_mapping.size() != static_cast<size_t>(n) ||
-      in.block_table_start.size() != in.query_start.size() || in.query_start.front() != 0 ||
-      in.query_start.back() != n || in.block_table_start.front() != 0 ||
-      in.block_table_start.back() != static_cast<int32_t>(in.block_ids.size())) {
-    return absl::InvalidArgumentError("step input: array sizes are inconsistent");
-  }
-  const int64_t bs = block_size();
-  for (int32_t b : in.block_ids) {
-    if (b < 0 || b >= num_blocks()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step input: block id ", b, " outside [0, ", num_blocks(), ")"));
-    }
-  }
-  for (int32_t s = 0; s < seqs; ++s) {
-    const int32_t begin = in.query_start[s], end = in.query_start[s + 1];
-    if (end < begin) return absl::InvalidArgumentError("step input: query_start decreases");
-    const int64_t table_len = in.block_table_start[s + 1] - in.block_table_start[s];
-    for (int32_t i = begin; i < end; ++i) {
-      const int32_t pos = in.positions[i];
-      if (in.token_ids[i] < 0 || in.token_ids[i] >= model_.config.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("step input: sequence ", s, " token ", i,
-                                                       ": id ", in.token_ids[i],
-                                                       " outside the vocabulary"));
-      }
-      if (pos < 0 || (i > begin && pos != in.positions[i - 1] + 1)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "step input: sequence ", s, " positions must be contiguous and non-negative"));
-      }
-      if (pos / bs >= table_len) {
-        return absl::InvalidArgumentError(absl::StrCat("step input: sequence ", s, " position ",
-                                                       pos, " is past its block table"));
-      }
-      const int64_t expected_slot =
-          int64_t{in.block_ids[in.block_table_start[s] + pos / bs]} * bs + pos % bs;
-      if (in.slot_mapping[i] != expected_slot) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("step input: sequence ", s, " token ", i, ": slot ", in.slot_mapping[i],
-                         " is not the block table's slot ", expected_slot));
-      }
-    }
-  }
-  for (int32_t idx : in.logits_indices) {
-    if (idx < 0 || idx >= n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step input: logits index ", idx, " outside [0, ", n, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<StepOutput> ModelRunner::Step(const StepInput& in) {
-  if (absl::Status s = Validate(in); !s.ok()) return s;
+  if (absl::Status s = ValidateStepInput(in, model_.config.vocab_size, num_blocks(), block_size());
+      !s.ok()) {
+    return s;
+  }
+  if (!in.sample_specs.empty()) {
+    return absl::InvalidArgumentError(
+        "step input: the CPU runner returns logits; it does not sample");
+  }
   const ModelConfig& c = model_.config;
   const ModelWeights& w = model_.weights;
   const int64_t n = in.num_tokens();

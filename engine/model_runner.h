@@ -47,7 +47,6 @@ class ModelRunner {
   int64_t num_blocks() const { return cache_.shape().num_blocks; }
 
  private:
-  absl::Status Validate(const StepInput& in) const;
   void RunLayer(int64_t layer, const StepInput& in);
 
   const Model& model_;

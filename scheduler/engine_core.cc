@@ -68,7 +68,7 @@ std::unique_ptr<EngineCore> EngineCore::ForModel(const engine::Model& model,
 bool EngineCore::Step(std::optional<TimePoint> now) {
   const SchedulerOutput out = scheduler_.Schedule(now.value_or(Clock::now()));
   if (out.empty()) return false;
-  const engine::StepInput input = scheduler_.BuildStepInput(out);
+  const engine::StepInput input = scheduler_.BuildStepInput(out, runner_->SamplesOnDevice());
   absl::StatusOr<engine::StepOutput> result = runner_->Step(input);
   if (!result.ok()) {
     last_step_error_ = result.status();

@@ -31,6 +31,9 @@ class StepRunner {
  public:
   virtual ~StepRunner() = default;
   virtual absl::StatusOr<engine::StepOutput> Step(const engine::StepInput& input) = 0;
+  // True for a runner that samples on its device: it is handed
+  // StepInput::sample_specs and returns StepOutput::samples, not logits.
+  virtual bool SamplesOnDevice() const { return false; }
 };
 
 // The CPU ModelRunner behind StepRunner.

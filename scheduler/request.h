@@ -100,6 +100,7 @@ class Request {
   void AppendOutput(int32_t token, TimePoint now);
 
   StopChecker& stop_checker() { return stop_checker_; }
+  const StopChecker& stop_checker() const { return stop_checker_; }
   const OutputCallback& callback() const { return callback_; }
 
   // The final message's usage and timings.

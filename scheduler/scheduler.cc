@@ -206,7 +206,8 @@ SchedulerOutput Scheduler::Schedule(TimePoint now) {
   return out;
 }
 
-engine::StepInput Scheduler::BuildStepInput(const SchedulerOutput& out) const {
+engine::StepInput Scheduler::BuildStepInput(const SchedulerOutput& out,
+                                            bool with_sample_specs) const {
   engine::StepInput in;
   in.token_ids.reserve(out.num_tokens);
   in.positions.reserve(out.num_tokens);
@@ -218,6 +219,13 @@ engine::StepInput Scheduler::BuildStepInput(const SchedulerOutput& out) const {
     in.AddSequence(r->tokens().subspan(s.first_position, s.num_new_tokens), s.first_position,
                    kv_->BlockTable(r->id()), kv_->block_size(),
                    s.samples ? engine::StepInput::Logits::kLast : engine::StepInput::Logits::kNone);
+    if (with_sample_specs && s.samples) {
+      in.sample_specs.push_back(engine::SampleSpec{
+          .params = r->params().sampling,
+          .prompt_tokens = r->prompt(),
+          .output_tokens = r->output(),
+          .masked_tokens = r->stop_checker().StopTokensToMask(r->num_output_tokens())});
+    }
   }
   return in;
 }

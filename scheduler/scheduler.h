@@ -84,7 +84,11 @@ class Scheduler {
   void AbortAll(TimePoint now, AbortCause cause);
 
   SchedulerOutput Schedule(TimePoint now);
-  engine::StepInput BuildStepInput(const SchedulerOutput& out) const;
+  // with_sample_specs: for a runner that samples on its device, one
+  // SampleSpec per sampling request (its spans point into request state,
+  // valid until Update or FailStep).
+  engine::StepInput BuildStepInput(const SchedulerOutput& out,
+                                   bool with_sample_specs = false) const;
   // After a successful step: advances computed tokens, registers full blocks
   // in the prefix cache, samples, checks stops, emits outputs, finishes.
   void Update(const SchedulerOutput& out, const engine::StepOutput& step, TimePoint now);
@@ -111,6 +115,9 @@ class Scheduler {
   void RemoveRunning(Request* r);
 
   void SampleAndEmit(Request* r, std::span<const float> logits, TimePoint now);
+  // Appends a token sampled elsewhere (on the device), then stop checks and
+  // outputs as SampleAndEmit.
+  void Emit(Request* r, engine::SampleResult result, TimePoint now);
   // Any unfinished state -> FINISHED: frees blocks, dequeues, completes and
   // delivers `out` as the final message, destroys the request.
   void FinishRequest(Request* r, FinishReason reason, RequestOutput out, TimePoint now);

@@ -29,10 +29,19 @@ void Scheduler::Update(const SchedulerOutput& out, const engine::StepOutput& ste
     r->AdvanceComputed(s.num_new_tokens);
     kv_->CommitComputed(r->id(), r->tokens(), r->num_computed_tokens());
     if (!s.samples) continue;
+    if (!step.samples.empty()) {  // sampled on the device
+      KVSERVE_CHECK(row < step.samples.size());
+      Emit(r, step.samples[row++], now);  // may finish (and destroy) r
+      continue;
+    }
     KVSERVE_CHECK(row * static_cast<size_t>(step.vocab_size) < step.logits.size());
     SampleAndEmit(r, step.row(row++), now);  // may finish (and destroy) r
   }
-  KVSERVE_CHECK(row * static_cast<size_t>(step.vocab_size) == step.logits.size());
+  if (!step.samples.empty()) {
+    KVSERVE_CHECK(row == step.samples.size());
+  } else {
+    KVSERVE_CHECK(row * static_cast<size_t>(step.vocab_size) == step.logits.size());
+  }
 }
 
 void Scheduler::SampleAndEmit(Request* r, std::span<const float> logits, TimePoint now) {
@@ -47,8 +56,11 @@ void Scheduler::SampleAndEmit(Request* r, std::span<const float> logits, TimePoi
     }
     logits = masked_row_;
   }
-  const engine::SampleResult result =
-      engine::Sample(logits, r->params().sampling, r->prompt(), r->output(), sampler_scratch_);
+  Emit(r, engine::Sample(logits, r->params().sampling, r->prompt(), r->output(), sampler_scratch_),
+       now);
+}
+
+void Scheduler::Emit(Request* r, engine::SampleResult result, TimePoint now) {
   r->AppendOutput(result.token, now);
   ++stats_.total_output_tokens;
 
@@ -57,7 +69,7 @@ void Scheduler::SampleAndEmit(Request* r, std::span<const float> logits, TimePoi
   out.token_ids.push_back(result.token);
   if (r->params().return_logprobs) {
     out.logprobs.push_back(TokenLogprobs{
-        .token = result.token, .logprob = result.logprob, .top = result.top_logprobs});
+        .token = result.token, .logprob = result.logprob, .top = std::move(result.top_logprobs)});
   }
   StopChecker::Result stop = r->stop_checker().Append(result.token, r->num_output_tokens());
   out.text = std::move(stop.text);
