@@ -4,5 +4,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${KVSERVE_BUILD_DIR:-$root/build}"
 jobs="${KVSERVE_JOBS:-$(nproc)}"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+# The CUDA backend is built where the toolkit is (CMake finds nvcc on PATH or
+# through CUDACXX); KVSERVE_CUDA=OFF in the environment builds the CPU backend only.
+if [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]] && ! command -v nvcc >/dev/null; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+cmake -S "$root" -B "$build" -G Ninja -DKVSERVE_CUDA="${KVSERVE_CUDA:-ON}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build "$build" -j "$jobs"

@@ -1,0 +1,75 @@
+// Row-wise kernels of a Llama-family layer on the GPU (the CUDA twins of
+// kernels/cpu/elementwise.h). Arithmetic in fp32; storage as the ElemType
+// says. The residual stream is always fp32 (it accumulates every sublayer;
+// keeping it in bf16 would round it 2 * num_layers times). Each output row
+// depends only on its own input row with a reduction order fixed by the row
+// length, so results are batch-invariant and deterministic.
+#pragma once
+
+#include "kernels/cuda/cuda_types.h"
+
+namespace kvserve::kernels::cuda {
+
+// residual[i] = float(table[ids[i]])  (table: [vocab, dim] of table_type;
+// residual: [n, dim] fp32). ids are checked by the caller.
+cudaError_t EmbeddingLookup(const void* table, ElemType table_type, int64_t dim, const int32_t* ids,
+                            int64_t n, float* residual, cudaStream_t stream);
+
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight   (x fp32; weight [dim] of
+// weight_type; y of y_type)
+cudaError_t RmsNorm(const float* x, const void* weight, ElemType weight_type, void* y,
+                    ElemType y_type, int64_t rows, int64_t dim, float eps, cudaStream_t stream);
+
+// residual[r] += float(x[r]); y[r] = RmsNorm(residual[r])  (x of y_type)
+cudaError_t AddRmsNorm(float* residual, const void* x, const void* weight, ElemType weight_type,
+                       void* y, ElemType y_type, int64_t rows, int64_t dim, float eps,
+                       cudaStream_t stream);
+
+// Rotary embedding, Hugging Face "rotate half" convention, in place, as
+// kernels/cpu/elementwise.h ApplyRope: angle = float(pos) * inv_freq[i] in
+// fp32 (inv_freq already includes linear / llama3 scaling), cos and sin by
+// the accurate sincosf, times attention_scaling.
+struct CudaRopeParams {
+  ElemType dtype = ElemType::kBF16;  // of q and k
+  void* q = nullptr;                 // [num_tokens, num_heads, head_dim], token stride q_stride
+  void* k = nullptr;                 // [num_tokens, num_kv_heads, head_dim], token stride k_stride
+  int64_t q_stride = 0;
+  int64_t k_stride = 0;
+  const int32_t* positions = nullptr;  // [num_tokens]
+  const float* inv_freq = nullptr;     // [head_dim / 2]
+  float attention_scaling = 1.0f;
+  int num_tokens = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+cudaError_t ApplyRope(const CudaRopeParams& p, cudaStream_t stream);
+
+// out[r][i] = silu(gate_up[r][i]) * gate_up[r][inter + i]; both of `type`.
+cudaError_t SiluMul(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
+                    cudaStream_t stream);
+
+// dst[r] = src[indices[r]] for rows of `row_bytes` bytes (gathers the rows
+// whose logits a step returns).
+cudaError_t GatherRows(const void* src, const int32_t* indices, int64_t rows, int64_t row_bytes,
+                       void* dst, cudaStream_t stream);
+
+// dst[i] = convert(src[i]) for n fp32 values (round to nearest even).
+cudaError_t ConvertFromF32(const float* src, void* dst, ElemType dst_type, int64_t n,
+                           cudaStream_t stream);
+// dst[i] = convert(src[i]) from fp16 or bf16 (loading checkpoints whose dtype
+// differs from the serving dtype).
+cudaError_t ConvertElems(const void* src, ElemType src_type, void* dst, ElemType dst_type,
+                         int64_t n, cudaStream_t stream);
+
+// dst[i] = convert(offset + scale * HashUniform(seed, tensor_index, i)) for
+// i < n: the builtin models' weights (engine/builtin_models.cc, the same
+// SplitMix64 hash, bit for bit in fp32), generated on the device so that
+// large builtin shapes need no host memory.
+cudaError_t FillHashUniform(void* dst, ElemType dst_type, int64_t n, uint64_t seed,
+                            uint64_t tensor_index, float scale, float offset, cudaStream_t stream);
+
+// dst[i] = value for n elements of `type` (tests poison buffers with NaN).
+cudaError_t Fill(void* dst, ElemType type, int64_t n, float value, cudaStream_t stream);
+
+}  // namespace kvserve::kernels::cuda
