@@ -1,0 +1,466 @@
+#include "engine/cuda/cuda_model_runner.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "engine/builtin_models.h"
+#include "engine/cuda/cuda_status.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/step_arena.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/sampling.h"
+
+namespace kvserve::engine {
+namespace {
+
+using cuda::CudaStatus;
+using cuda::DeviceBuffer;
+using cuda::PinnedBuffer;
+using cuda::StepArena;
+using cuda::StepShape;
+using kernels::cuda::ElemSize;
+using kernels::cuda::ElemType;
+
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+// Device memory left out of the KV pool besides the measured scratch: the
+// CUDA context's own allocations, cuBLASLt internals, fragmentation.
+constexpr size_t kReserveBytes = size_t{512} << 20;
+// A pool sized from memory holds at most this many blocks: small models would
+// otherwise get millions, and the scheduler's host bookkeeping grows with them.
+constexpr int64_t kMaxAutoBlocks = int64_t{1} << 20;
+
+absl::StatusOr<ElemType> ParseDtype(const std::string& name) {
+  if (name == "float32") return ElemType::kF32;
+  if (name == "bfloat16") return ElemType::kBF16;
+  if (name == "float16") return ElemType::kF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("dtype must be auto, float32, bfloat16 or float16, got \"", name, "\""));
+}
+
+// "auto": the checkpoint's embedding dtype; builtin llama3-8b is bf16, the
+// small builtins fp32 (as their CPU weights).
+absl::StatusOr<ElemType> ServingDtype(const Model& model, const std::string& requested) {
+  if (requested != "auto") return ParseDtype(requested);
+  if (model.checkpoint != nullptr) {
+    auto info = model.checkpoint->Find("model.embed_tokens.weight");
+    if (!info.ok()) return info.status();
+    switch ((*info)->dtype) {
+      case DType::kF32:
+        return ElemType::kF32;
+      case DType::kF16:
+        return ElemType::kF16;
+      case DType::kBF16:
+        return ElemType::kBF16;
+    }
+  }
+  return model.name == "builtin:llama3-8b" ? ElemType::kBF16 : ElemType::kF32;
+}
+
+const void* At(const void* base, int64_t elems, ElemType t) {
+  return static_cast<const char*>(base) + elems * static_cast<int64_t>(ElemSize(t));
+}
+void* At(void* base, int64_t elems, ElemType t) {
+  return static_cast<char*>(base) + elems * static_cast<int64_t>(ElemSize(t));
+}
+
+}  // namespace
+
+bool CudaDeviceAvailable(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    if (why != nullptr) {
+      *why = err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device";
+    }
+    return false;
+  }
+  return true;
+}
+
+struct CudaModelRunner::Impl {
+  const Model& model;
+  CudaRunnerOptions options;
+  ElemType dtype = ElemType::kF32;
+  std::string device_name;
+  cudaStream_t stream = nullptr;
+  cuda::DeviceWeights weights;
+  DeviceBuffer inv_freq;  // [head_dim / 2] fp32
+  DeviceBuffer kv;        // every layer's K then V, engine/kv_cache.h layout
+  std::vector<void*> k_cache, v_cache;
+  int64_t num_blocks = 0;
+  int64_t kv_bytes = 0;
+  kernels::cuda::CublasLtContext cublas;
+  DeviceBuffer cublas_workspace;
+  StepArena arena;
+
+  explicit Impl(const Model& m) : model(m) {}
+  ~Impl() {
+    if (cublas.handle != nullptr) cublasLtDestroy(cublas.handle);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  int64_t ElementsPerBlock() const {
+    return model.config.num_kv_heads * options.block_size * model.config.head_dim;
+  }
+
+  absl::Status Init();
+  absl::Status SizeKvPool();
+  absl::StatusOr<StepOutput> Step(const StepInput& in);
+  absl::Status RunLayer(int64_t layer, const StepShape& shape, const cuda::StepBuffers& b);
+  absl::Status Linear(const void* x, int64_t m, const void* w, const void* bias, int64_t n,
+                      int64_t k, void* y, ElemType out_type, const char* what);
+};
+
+absl::Status CudaModelRunner::Impl::Init() {
+  if (options.block_size < 1 || options.block_size > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size must be in [1, 64] on CUDA, got ", options.block_size));
+  }
+  if (options.max_model_len <= 0) {
+    options.max_model_len = static_cast<int32_t>(model.config.max_position_embeddings);
+  }
+  auto dt = ServingDtype(model, options.dtype);
+  if (!dt.ok()) return dt.status();
+  dtype = *dt;
+
+  KVSERVE_RETURN_IF_CUDA_ERROR(cudaSetDevice(options.device),
+                               absl::StrCat("selecting device ", options.device));
+  cudaDeviceProp prop{};
+  KVSERVE_RETURN_IF_CUDA_ERROR(cudaGetDeviceProperties(&prop, options.device),
+                               "reading device properties");
+  device_name = prop.name;
+  KVSERVE_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                               "creating the step stream");
+
+  if (model.checkpoint != nullptr) {
+    auto w = cuda::UploadWeights(model.config, *model.checkpoint, dtype);
+    if (!w.ok()) return w.status();
+    weights = std::move(*w);
+  } else if (model.builtin_seed.has_value()) {
+    auto w = cuda::GenerateBuiltinWeights(model.config, *model.builtin_seed, dtype);
+    if (!w.ok()) return w.status();
+    weights = std::move(*w);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model \"", model.name, "\" has neither a checkpoint nor a builtin seed"));
+  }
+
+  auto freq = DeviceBuffer::Allocate(model.rope_inv_freq.size() * sizeof(float), "rope");
+  if (!freq.ok()) return freq.status();
+  inv_freq = std::move(*freq);
+  KVSERVE_RETURN_IF_CUDA_ERROR(cudaMemcpy(inv_freq.get(), model.rope_inv_freq.data(),
+                                          inv_freq.bytes(), cudaMemcpyHostToDevice),
+                               "uploading rope frequencies");
+
+  if (cublasStatus_t st = cublasLtCreate(&cublas.handle); st != CUBLAS_STATUS_SUCCESS) {
+    cublas.handle = nullptr;
+    return cuda::CublasStatus(st, "creating the cuBLASLt handle");
+  }
+  auto ws = DeviceBuffer::Allocate(kCublasWorkspaceBytes, "cuBLASLt workspace");
+  if (!ws.ok()) return ws.status();
+  cublas_workspace = std::move(*ws);
+  cublas.workspace = cublas_workspace.get();
+  cublas.workspace_bytes = cublas_workspace.bytes();
+
+  // Scratch for the largest step the options allow, before the KV pool takes
+  // what is left.
+  const StepShape worst = StepShape::Worst(model.config, options, dtype);
+  if (absl::Status s = arena.Reserve(worst); !s.ok()) return s;
+  return SizeKvPool();
+}
+
+absl::Status CudaModelRunner::Impl::SizeKvPool() {
+  const ModelConfig& c = model.config;
+  const int64_t block_bytes =
+      2 * c.num_layers * ElementsPerBlock() * static_cast<int64_t>(ElemSize(dtype));
+  num_blocks = options.num_blocks;
+  if (num_blocks <= 0) {
+    size_t free_bytes = 0, total_bytes = 0;
+    KVSERVE_RETURN_IF_CUDA_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "reading memory info");
+    // What this process may still take: its share of the total, minus what
+    // is already in use on the device (ours and anyone else's), minus a reserve.
+    const double allowed = options.gpu_memory_fraction * static_cast<double>(total_bytes) -
+                           static_cast<double>(total_bytes - free_bytes) -
+                           static_cast<double>(kReserveBytes);
+    num_blocks = allowed > 0 ? static_cast<int64_t>(allowed / static_cast<double>(block_bytes)) : 0;
+    num_blocks = std::min(num_blocks, kMaxAutoBlocks);
+    if (num_blocks < 2) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no room for a KV cache on ", device_name, ": ", total_bytes - free_bytes,
+                       " bytes in use of ", total_bytes, " with gpu_memory_fraction ",
+                       options.gpu_memory_fraction));
+    }
+  }
+  kv_bytes = num_blocks * block_bytes;
+  auto kv_buffer = DeviceBuffer::Allocate(kv_bytes, "the KV cache");
+  if (!kv_buffer.ok()) return kv_buffer.status();
+  kv = std::move(*kv_buffer);
+  const int64_t per_cache = num_blocks * ElementsPerBlock();
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    k_cache.push_back(At(kv.get(), (2 * layer) * per_cache, dtype));
+    v_cache.push_back(At(kv.get(), (2 * layer + 1) * per_cache, dtype));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelRunner::Impl::Linear(const void* x, int64_t m, const void* w,
+                                           const void* bias, int64_t n, int64_t k, void* y,
+                                           ElemType out_type, const char* what) {
+  const kernels::cuda::CudaGemmParams p{.in_type = dtype,
+                                        .out_type = out_type,
+                                        .x = x,
+                                        .ldx = k,
+                                        .w = w,
+                                        .bias = bias,
+                                        .y = y,
+                                        .ldy = n,
+                                        .m = m,
+                                        .n = n,
+                                        .k = k};
+  if (options.batch_invariant) {
+    return CudaStatus(kernels::cuda::GemmInvariant(p, stream), what);
+  }
+  return cuda::CublasStatus(kernels::cuda::GemmCublasLt(cublas, p, stream), what);
+}
+
+absl::StatusOr<StepOutput> CudaModelRunner::Impl::Step(const StepInput& in) {
+  const ModelConfig& c = model.config;
+  if (absl::Status s = ValidateStepInput(in, c.vocab_size, num_blocks, options.block_size);
+      !s.ok()) {
+    return s;
+  }
+  if (in.num_tokens() > options.max_num_tokens || in.num_seqs() > options.max_num_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step input: ", in.num_tokens(), " tokens in ", in.num_seqs(),
+                     " sequences exceed the runner's bounds (max_num_tokens ",
+                     options.max_num_tokens, ", max_num_seqs ", options.max_num_seqs, ")"));
+  }
+  StepOutput out;
+  out.vocab_size = c.vocab_size;
+  if (in.num_tokens() == 0) return out;
+
+  const StepShape shape = StepShape::Of(in, c, options, dtype);
+  auto buffers = arena.Prepare(shape, in, stream);
+  if (!buffers.ok()) return buffers.status();
+  const cuda::StepBuffers& b = *buffers;
+  const int64_t n = shape.num_tokens;
+  const int64_t hidden = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::EmbeddingLookup(weights.embed_tokens, dtype, hidden,
+                                                              b.token_ids, n, b.residual, stream),
+                               "embedding lookup");
+  KVSERVE_RETURN_IF_CUDA_ERROR(
+      kernels::cuda::RmsNorm(b.residual, weights.layers[0].input_norm, dtype, b.normed, dtype, n,
+                             hidden, eps, stream),
+      "input norm");
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    if (absl::Status s = RunLayer(layer, shape, b); !s.ok()) return s;
+  }
+  // normed = the final norm of the residual stream.
+
+  const int64_t rows = shape.num_logits;
+  if (rows > 0) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::GatherRows(b.normed, b.logits_indices, rows,
+                                  hidden * static_cast<int64_t>(ElemSize(dtype)), b.gathered,
+                                  stream),
+        "gathering the logits rows");
+    if (absl::Status s = Linear(b.gathered, rows, weights.lm_head, nullptr, c.vocab_size, hidden,
+                                b.logits, ElemType::kF32, "lm_head");
+        !s.ok()) {
+      return s;
+    }
+    if (shape.sampling) {
+      const kernels::cuda::CudaSamplingParams sp{.logits = b.logits,
+                                                 .num_rows = static_cast<int>(rows),
+                                                 .vocab = static_cast<int>(c.vocab_size),
+                                                 .rows = b.sample_rows,
+                                                 .penalty_tokens = b.penalty_tokens,
+                                                 .penalty_counts = b.penalty_counts,
+                                                 .masked_tokens = b.masked_tokens,
+                                                 .out_tokens = b.out_tokens,
+                                                 .out_logprobs = b.out_logprobs,
+                                                 .out_top = b.out_top,
+                                                 .workspace = b.sampling_workspace,
+                                                 .workspace_bytes = b.sampling_workspace_bytes};
+      KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::SampleRows(sp, stream), "sampling");
+    }
+  }
+  if (absl::Status s = arena.CopyResults(shape, stream); !s.ok()) return s;
+  KVSERVE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream), "running the step");
+  if (shape.sampling) {
+    out.samples = arena.Samples(shape, in);
+  } else {
+    out.logits = arena.Logits(shape);
+  }
+  return out;
+}
+
+// One decoder layer. On entry b.normed = input_norm(residual); on exit the
+// residual has both sublayers added and b.normed = the next norm of it (the
+// next layer's input norm, or the final norm after the last layer).
+absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& shape,
+                                             const cuda::StepBuffers& b) {
+  const ModelConfig& c = model.config;
+  const cuda::DeviceLayerWeights& lw = weights.layers[layer];
+  const int64_t n = shape.num_tokens;
+  const int64_t hidden = c.hidden_size;
+  const int64_t d = c.head_dim;
+  const int64_t q_width = c.num_heads * d;
+  const int64_t kv_width = c.num_kv_heads * d;
+  const int64_t qkv_width = q_width + 2 * kv_width;
+  const int64_t inter = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  void* q = b.qkv;
+  void* k = At(b.qkv, q_width, dtype);
+  void* v = At(b.qkv, q_width + kv_width, dtype);
+
+  if (absl::Status s =
+          Linear(b.normed, n, lw.qkv, lw.qkv_bias, qkv_width, hidden, b.qkv, dtype, "qkv_proj");
+      !s.ok()) {
+    return s;
+  }
+  KVSERVE_RETURN_IF_CUDA_ERROR(
+      kernels::cuda::ApplyRope({.dtype = dtype,
+                                .q = q,
+                                .k = k,
+                                .q_stride = qkv_width,
+                                .k_stride = qkv_width,
+                                .positions = b.positions,
+                                .inv_freq = static_cast<const float*>(inv_freq.get()),
+                                .attention_scaling = 1.0f,
+                                .num_tokens = static_cast<int>(n),
+                                .num_heads = static_cast<int>(c.num_heads),
+                                .num_kv_heads = static_cast<int>(c.num_kv_heads),
+                                .head_dim = static_cast<int>(d)},
+                               stream),
+      "rope");
+  KVSERVE_RETURN_IF_CUDA_ERROR(
+      kernels::cuda::WriteKvCache({.dtype = dtype,
+                                   .k = k,
+                                   .v = v,
+                                   .src_stride = qkv_width,
+                                   .k_cache = k_cache[layer],
+                                   .v_cache = v_cache[layer],
+                                   .slot_mapping = b.slot_mapping,
+                                   .num_tokens = static_cast<int>(n),
+                                   .num_kv_heads = static_cast<int>(c.num_kv_heads),
+                                   .head_dim = static_cast<int>(d),
+                                   .block_size = static_cast<int>(options.block_size)},
+                                  stream),
+      "kv cache write");
+  KVSERVE_RETURN_IF_CUDA_ERROR(
+      kernels::cuda::PagedAttention(
+          {.dtype = dtype,
+           .q = q,
+           .q_stride = qkv_width,
+           .out = b.attn,
+           .k_cache = k_cache[layer],
+           .v_cache = v_cache[layer],
+           .num_tokens = static_cast<int>(n),
+           .num_heads = static_cast<int>(c.num_heads),
+           .num_kv_heads = static_cast<int>(c.num_kv_heads),
+           .head_dim = static_cast<int>(d),
+           .block_size = static_cast<int>(options.block_size),
+           .num_seqs = shape.num_seqs,
+           .token_seq = b.token_seq,
+           .token_pos = b.positions,
+           .query_start = b.query_start,
+           .block_table_start = b.block_table_start,
+           .block_ids = b.block_ids,
+           .max_query_len = shape.max_query_len,
+           .max_seq_len = shape.max_seq_len,
+           .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+           .sliding_window = static_cast<int>(c.sliding_window),
+           .batch_invariant = options.batch_invariant,
+           .workspace = b.attention_workspace,
+           .workspace_bytes = b.attention_workspace_bytes},
+          stream),
+      "paged attention");
+  if (absl::Status s =
+          Linear(b.attn, n, lw.o_proj, lw.o_proj_bias, hidden, q_width, b.proj, dtype, "o_proj");
+      !s.ok()) {
+    return s;
+  }
+  KVSERVE_RETURN_IF_CUDA_ERROR(
+      kernels::cuda::AddRmsNorm(b.residual, b.proj, lw.post_attention_norm, dtype, b.normed, dtype,
+                                n, hidden, eps, stream),
+      "post-attention norm");
+  if (absl::Status s = Linear(b.normed, n, lw.gate_up, nullptr, 2 * inter, hidden, b.gate_up, dtype,
+                              "gate_up_proj");
+      !s.ok()) {
+    return s;
+  }
+  KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::SiluMul(b.gate_up, b.act, dtype, n, inter, stream),
+                               "silu");
+  if (absl::Status s =
+          Linear(b.act, n, lw.down, nullptr, hidden, inter, b.proj, dtype, "down_proj");
+      !s.ok()) {
+    return s;
+  }
+  const bool last = layer + 1 == c.num_layers;
+  const void* next_norm = last ? weights.final_norm : weights.layers[layer + 1].input_norm;
+  KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::AddRmsNorm(b.residual, b.proj, next_norm, dtype,
+                                                         b.normed, dtype, n, hidden, eps, stream),
+                               "post-mlp norm");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::Create(
+    const Model& model, const CudaRunnerOptions& options) {
+  std::string why;
+  if (!CudaDeviceAvailable(&why)) {
+    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", why));
+  }
+  auto impl = std::make_unique<Impl>(model);
+  impl->options = options;
+  if (absl::Status s = impl->Init(); !s.ok()) return s;
+  return std::unique_ptr<CudaModelRunner>(new CudaModelRunner(std::move(impl)));
+}
+
+CudaModelRunner::CudaModelRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModelRunner::~CudaModelRunner() = default;
+
+absl::StatusOr<StepOutput> CudaModelRunner::Step(const StepInput& input) {
+  return impl_->Step(input);
+}
+
+int64_t CudaModelRunner::num_blocks() const { return impl_->num_blocks; }
+int64_t CudaModelRunner::block_size() const { return impl_->options.block_size; }
+std::string CudaModelRunner::device_name() const { return impl_->device_name; }
+std::string CudaModelRunner::dtype_name() const { return kernels::cuda::ElemName(impl_->dtype); }
+int64_t CudaModelRunner::weight_bytes() const {
+  return static_cast<int64_t>(impl_->weights.storage.bytes());
+}
+int64_t CudaModelRunner::kv_cache_bytes() const { return impl_->kv_bytes; }
+int64_t CudaModelRunner::streamed_weight_bytes() const { return impl_->weights.streamed_bytes; }
+
+absl::Status CudaModelRunner::FillKvBlocks(const std::vector<int32_t>& block_ids, float value) {
+  Impl& m = *impl_;
+  const int64_t per_block = m.ElementsPerBlock();
+  for (int32_t block : block_ids) {
+    if (block < 0 || block >= m.num_blocks) {
+      return absl::InvalidArgumentError(absl::StrCat("block ", block, " outside the cache"));
+    }
+    for (size_t layer = 0; layer < m.k_cache.size(); ++layer) {
+      for (void* cache : {m.k_cache[layer], m.v_cache[layer]}) {
+        KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::Fill(At(cache, block * per_block, m.dtype),
+                                                         m.dtype, per_block, value, m.stream),
+                                     "filling KV blocks");
+      }
+    }
+  }
+  KVSERVE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(m.stream), "filling KV blocks");
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::engine
