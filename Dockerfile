@@ -63,13 +63,20 @@ WORKDIR /src
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
  && cmake --build /build ${BUILD_JOBS:+--parallel ${BUILD_JOBS}} \
-      --target kvserve kvserve-client kvserve_sentencepiece
+      --target kvserve kvserve-client kvserve_sentencepiece \
+ && if [ "${VARIANT}" = cuda ]; then \
+      cmake --build /build ${BUILD_JOBS:+--parallel ${BUILD_JOBS}} --target kvserve_cuda_backend; \
+    fi
 
-# /out/bin: what the runtime stage copies. The SentencePiece module sits next
-# to the kvserve executable, where the daemon looks for it.
+# /out/bin: what the runtime stage copies. The SentencePiece module (and, for
+# VARIANT=cuda, the CUDA backend module) sits next to the kvserve executable,
+# where the daemon looks for it.
 # /out/runtime-packages.txt: the packages owning every library ldd resolves.
 RUN mkdir -p /out/bin \
  && cp /build/server/kvserve /build/tools/kvserve-client /build/lib/libkvserve_sentencepiece.so /out/bin/ \
+ && if [ -f /build/lib/libkvserve_cuda_backend.so ]; then \
+      cp /build/lib/libkvserve_cuda_backend.so /out/bin/; \
+    fi \
  && strip --strip-unneeded /out/bin/* \
  && sh deploy/docker/runtime-packages.sh /out/bin/* > /out/runtime-packages.txt \
  && echo "runtime packages:" $(cat /out/runtime-packages.txt)

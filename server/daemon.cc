@@ -21,6 +21,7 @@
 #include "scheduler/engine_core.h"
 #include "scheduler/engine_loop.h"
 #include "server/auth.h"
+#include "server/backend.h"
 #include "server/health_monitor.h"
 #include "server/kvserve_service.h"
 #include "server/metrics.h"
@@ -64,19 +65,6 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const S
     options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(options);
-}
-
-// The KV pool: --num_kv_blocks, or as many blocks as --kv_cache_memory_mb
-// holds (at least 2: the null block and one usable).
-int32_t KvPoolBlocks(const ServerConfig& c, const engine::Model& model) {
-  if (c.num_kv_blocks > 0) return c.num_kv_blocks;
-  const engine::KvCacheShape shape{.num_layers = model.config.num_layers,
-                                   .num_blocks = 1,
-                                   .num_kv_heads = model.config.num_kv_heads,
-                                   .block_size = c.block_size,
-                                   .head_dim = model.config.head_dim};
-  const int64_t blocks = (c.kv_cache_memory_mb << 20) / shape.bytes_per_block();
-  return static_cast<int32_t>(std::clamp<int64_t>(blocks, 2, 1 << 24));
 }
 
 v1::GetModelInfoResponse MakeModelInfo(const ServerConfig& c, const engine::Model& model,
@@ -135,27 +123,17 @@ int RunDaemon(const ServerConfig& config) {
   std::condition_variable signal_cv;
   StartSignalThread(&signalled, &signal_cv, &signal_mu);
 
-  // Backend. The CUDA runner does not exist yet: say so rather than
-  // silently serving on the CPU when asked for a GPU.
-  if (config.backend == "cuda") {
-    return StartupFailed(absl::UnimplementedError(
-        "--backend=cuda: this build has no CUDA backend yet; use --backend=cpu or auto"));
-  }
-  const std::string backend = "cpu";
-
-  absl::StatusOr<std::unique_ptr<engine::Model>> loaded = engine::LoadModel(config.model);
-  if (!loaded.ok()) {
-    return StartupFailed(absl::Status(
-        loaded.status().code(),
-        absl::StrCat("--model=", config.model, ": ", std::string(loaded.status().message()))));
-  }
-  const engine::Model& model = **loaded;
+  absl::StatusOr<Backend> made = MakeBackend(config);
+  if (!made.ok()) return StartupFailed(made.status());
+  Backend backend_parts = std::move(*made);
+  const std::string backend = backend_parts.name;
+  const engine::Model& model = *backend_parts.model;
 
   scheduler::EngineConfig engine_config;
   engine_config.batch.max_num_seqs = config.max_num_seqs;
   engine_config.batch.max_num_batched_tokens = config.max_num_batched_tokens;
   engine_config.block_size = config.block_size;
-  engine_config.num_blocks = KvPoolBlocks(config, model);
+  engine_config.num_blocks = backend_parts.num_blocks;
   engine_config.enable_prefix_caching = config.enable_prefix_caching;
   engine_config.max_waiting_requests = config.max_waiting_requests;
   engine_config.max_waiting_tokens = config.max_waiting_tokens;
@@ -175,7 +153,8 @@ int RunDaemon(const ServerConfig& config) {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeCredentials(config);
   if (!credentials.ok()) return StartupFailed(credentials.status());
 
-  scheduler::EngineLoop loop(scheduler::EngineCore::ForModel(model, engine_config));
+  scheduler::EngineLoop loop(std::make_unique<scheduler::EngineCore>(
+      engine_config, scheduler::ModelInfoOf(model), std::move(backend_parts.runner)));
   auto metrics = std::make_shared<ServerMetrics>(ServerInfoLabels{.model = model.name,
                                                                   .backend = backend,
                                                                   .block_size = config.block_size,
@@ -218,8 +197,9 @@ int RunDaemon(const ServerConfig& config) {
   health.Start();
 
   engine::Log().info(
-      "serving model={} backend={} kv_blocks={} block_size={} max_model_len={} tls={} auth={}",
-      model.name, backend, engine_config.num_blocks, engine_config.block_size,
+      "serving model={} backend={} device={} kv_blocks={} block_size={} max_model_len={} tls={} "
+      "auth={}",
+      model.name, backend, backend_parts.device, engine_config.num_blocks, engine_config.block_size,
       engine_config.max_model_len, config.tls_cert_file.empty() ? "off" : "on",
       token.empty() ? "off" : "on");
   std::printf("kvserve ready grpc=%s:%d metrics=%s:%d\n", config.host.c_str(), grpc_port,

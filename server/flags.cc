@@ -10,14 +10,26 @@ ABSL_FLAG(int32_t, port, 50051, "gRPC API port; 0 picks a free port (see the rea
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address of the Prometheus /metrics endpoint.");
 ABSL_FLAG(int32_t, metrics_port, 9400, "Prometheus /metrics port; 0 picks a free port.");
 ABSL_FLAG(std::string, model, "builtin:tiny",
-          "builtin:tiny, builtin:small, or a Hugging Face checkpoint directory (config.json, "
+          "builtin:tiny, builtin:small, builtin:llama3-8b (CUDA only), or a Hugging Face "
+          "checkpoint directory (config.json, "
           "*.safetensors, tokenizer.json or tokenizer.model).");
 ABSL_FLAG(std::string, backend, "auto",
           "auto, cpu or cuda. auto uses CUDA when this build has it and a GPU is present.");
 ABSL_FLAG(int32_t, num_kv_blocks, 0,
-          "KV cache pool size in blocks; 0 sizes it from --kv_cache_memory_mb.");
+          "KV cache pool size in blocks; 0 sizes it from --kv_cache_memory_mb (cpu) or "
+          "--gpu_memory_fraction (cuda).");
 ABSL_FLAG(int64_t, kv_cache_memory_mb, 256,
-          "KV cache memory in MiB, used when --num_kv_blocks is 0.");
+          "cpu backend: KV cache memory in MiB, used when --num_kv_blocks is 0.");
+ABSL_FLAG(double, gpu_memory_fraction, 0.9,
+          "cuda backend: fraction of the GPU's memory kvserve may use (weights, KV cache, "
+          "scratch); the KV cache gets what is left, when --num_kv_blocks is 0.");
+ABSL_FLAG(int32_t, cuda_device, 0, "cuda backend: the CUDA device index.");
+ABSL_FLAG(std::string, dtype, "auto",
+          "cuda backend: weights, activations and KV cache as auto (the checkpoint's), float32, "
+          "bfloat16 or float16. The cpu backend computes in float32.");
+ABSL_FLAG(bool, batch_invariant, false,
+          "cuda backend: batch-invariant kernels (a request's output does not depend on the "
+          "batch or on prompt chunking), at a speed cost. The cpu backend always is.");
 ABSL_FLAG(int32_t, block_size, 16, "Tokens per KV cache block, in [1, 256].");
 ABSL_FLAG(int32_t, max_num_seqs, 64, "Most requests in one batch (the running set).");
 ABSL_FLAG(int32_t, max_num_batched_tokens, 2048,
@@ -55,6 +67,10 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.backend = absl::GetFlag(FLAGS_backend);
   c.num_kv_blocks = absl::GetFlag(FLAGS_num_kv_blocks);
   c.kv_cache_memory_mb = absl::GetFlag(FLAGS_kv_cache_memory_mb);
+  c.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+  c.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  c.dtype = absl::GetFlag(FLAGS_dtype);
+  c.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   c.block_size = absl::GetFlag(FLAGS_block_size);
   c.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   c.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);

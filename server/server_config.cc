@@ -15,7 +15,7 @@ absl::Status Bad(const char* flag, const std::string& why) {
 
 template <typename T>
 absl::Status CheckRange(const char* flag, T value, T lo, T hi) {
-  if (value < lo || value > hi) {
+  if (!(lo <= value && value <= hi)) {  // NaN fails too
     return Bad(flag, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
   }
   return absl::OkStatus();
@@ -38,6 +38,8 @@ absl::Status ValidateConfig(const ServerConfig& c) {
            CheckRange("num_kv_blocks", c.num_kv_blocks, 0, 1 << 24),
            CheckRange<int64_t>("kv_cache_memory_mb", c.kv_cache_memory_mb, 1, int64_t{1} << 24),
            CheckRange("block_size", c.block_size, 1, 256),
+           CheckRange("gpu_memory_fraction", c.gpu_memory_fraction, 0.05, 1.0),
+           CheckRange("cuda_device", c.cuda_device, 0, 1023),
            CheckRange("max_num_seqs", c.max_num_seqs, 1, 1 << 16),
            CheckRange("max_num_batched_tokens", c.max_num_batched_tokens, 1, 1 << 20),
            CheckRange("max_waiting_requests", c.max_waiting_requests, 0, 1 << 24),
@@ -51,6 +53,14 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   }
   if (c.backend != "auto" && c.backend != "cpu" && c.backend != "cuda") {
     return Bad("backend", absl::StrCat("must be auto, cpu or cuda, got \"", c.backend, "\""));
+  }
+  if (c.dtype != "auto" && c.dtype != "float32" && c.dtype != "bfloat16" && c.dtype != "float16") {
+    return Bad("dtype",
+               absl::StrCat("must be auto, float32, bfloat16 or float16, got \"", c.dtype, "\""));
+  }
+  if (c.backend == "cuda" && c.block_size > 64) {
+    return Bad("block_size",
+               absl::StrCat("must be at most 64 with --backend=cuda, got ", c.block_size));
   }
   if (c.host.empty()) return Bad("host", "empty");
   if (c.metrics_host.empty()) return Bad("metrics_host", "empty");

@@ -20,7 +20,11 @@ struct ServerConfig {
   std::string backend = "auto";  // auto | cpu | cuda
 
   int32_t num_kv_blocks = 0;         // 0: from kv_cache_memory_mb
-  int64_t kv_cache_memory_mb = 256;  // used when num_kv_blocks == 0
+  int64_t kv_cache_memory_mb = 256;  // cpu: used when num_kv_blocks == 0
+  double gpu_memory_fraction = 0.9;  // cuda: used when num_kv_blocks == 0
+  int32_t cuda_device = 0;
+  std::string dtype = "auto";    // cuda: auto | float32 | bfloat16 | float16
+  bool batch_invariant = false;  // cuda: batch-invariant kernels
   int32_t block_size = 16;
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 2048;

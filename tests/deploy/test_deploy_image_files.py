@@ -119,14 +119,19 @@ def test_non_root_numeric_user():
 
 def test_built_targets_and_copied_files_exist():
     runs = [a for w, a in build_stage() if w == "RUN"]
-    targets = [m.group(1).split() for a in runs for m in [re.search(r"--target ([\w\s-]+)$", a)] if m]
-    assert targets == [["kvserve", "kvserve-client", "kvserve_sentencepiece"]], runs
+    targets = [m.split() for a in runs for m in re.findall(r"--target ([\w\s-]+?)\s*(?:&&|;|$)", a)]
+    # Always the daemon, the client and the SentencePiece module; for
+    # VARIANT=cuda also the CUDA backend module.
+    assert targets == [["kvserve", "kvserve-client", "kvserve_sentencepiece"],
+                       ["kvserve_cuda_backend"]], runs
     build = " ".join(runs)
     cmake_text = "\n".join(p.read_text() for p in h.SOURCE_DIR.glob("*/CMakeLists.txt"))
-    for target in targets[0]:
+    for target in targets[0] + targets[1]:
         assert re.search(r"add_(executable|library)\(" + re.escape(target) + r"\b", cmake_text), target
     # Where the build stage copies them from, relative to the build dir.
     for rel in re.findall(r"/build/([\w/.-]+)", build):
+        if rel == "lib/libkvserve_cuda_backend.so":
+            continue  # copied only when built (VARIANT=cuda; a CPU build has none)
         if rel.startswith(("server/", "tools/", "lib/")):
             assert rel in ("server/kvserve", "tools/kvserve-client",
                            "lib/libkvserve_sentencepiece.so"), rel

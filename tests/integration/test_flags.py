@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -16,6 +17,15 @@ CASES = [
     ("model-nonexistent", ["--model=/nonexistent"], ["/nonexistent"]),
     ("backend-bogus", ["--model=builtin:tiny", "--backend=bogus"], ["backend"]),
     ("max-num-seqs-0", ["--model=builtin:tiny", "--max_num_seqs=0"], ["max_num_seqs"]),
+    ("dtype-bogus", ["--model=builtin:tiny", "--dtype=int3"], ["dtype"]),
+    ("gpu-memory-fraction-0", ["--model=builtin:tiny", "--gpu_memory_fraction=0"],
+     ["gpu_memory_fraction"]),
+    ("gpu-memory-fraction-nan", ["--model=builtin:tiny", "--gpu_memory_fraction=nan"],
+     ["gpu_memory_fraction"]),
+    ("cuda-block-size-128", ["--model=builtin:tiny", "--backend=cuda", "--block_size=128"],
+     ["block_size"]),
+    # GPU-only builtin on the CPU backend: refused, naming the model and the way out.
+    ("llama3-8b-on-cpu", ["--model=builtin:llama3-8b", "--backend=cpu"], ["--backend=cuda"]),
     ("auth-token-file-missing",
      ["--model=builtin:tiny", "--auth_token_file=/nonexistent/kvserve-token"],
      ["auth_token_file", "/nonexistent/kvserve-token"]),
@@ -50,3 +60,18 @@ def test_bad_flag_exits_nonzero(flags, mentions, tmp_path):
     assert "kvserve ready" not in out_path.read_text(errors="replace")
     assert any(m in stderr for m in mentions), (
         f"stderr must mention {' or '.join(mentions)}:\n{stderr}")
+
+
+def test_backend_cuda_without_a_gpu_says_why(tmp_path):
+    """--backend=cuda where no GPU is usable (or the build has no CUDA) exits
+    non-zero naming the flag and the reason; it never serves on the CPU."""
+    if kf.TEST_BACKEND == "cuda" or os.path.exists("/dev/nvidiactl"):
+        pytest.skip("this machine has an NVIDIA GPU")
+    binary = kf.require_binary(kf.daemon_path())
+    proc = subprocess.run([str(binary), *BASE, "--model=builtin:tiny", "--backend=cuda"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    if proc.returncode == 0 or "kvserve ready" in proc.stdout:
+        pytest.skip("this machine has a usable CUDA device")
+    assert "--backend=cuda" in proc.stderr, proc.stderr
+    assert ("no usable CUDA device" in proc.stderr
+            or "built without CUDA" in proc.stderr), proc.stderr

@@ -1,0 +1,107 @@
+#include "server/backend.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda_backend.h"
+#include "engine/kv_cache.h"
+#include "engine/logging.h"
+#include "engine/model_runner.h"
+
+namespace kvserve::server {
+namespace {
+
+absl::Status WithFlag(const char* flag, const std::string& value, const absl::Status& s) {
+  return absl::Status(s.code(),
+                      absl::StrCat("--", flag, "=", value, ": ", std::string(s.message())));
+}
+
+// cpu: blocks from --num_kv_blocks, else --kv_cache_memory_mb.
+int32_t CpuKvBlocks(const ServerConfig& c, const engine::Model& model) {
+  if (c.num_kv_blocks > 0) return c.num_kv_blocks;
+  const engine::KvCacheShape shape{.num_layers = model.config.num_layers,
+                                   .num_blocks = 1,
+                                   .num_kv_heads = model.config.num_kv_heads,
+                                   .block_size = c.block_size,
+                                   .head_dim = model.config.head_dim};
+  const int64_t blocks = (c.kv_cache_memory_mb << 20) / shape.bytes_per_block();
+  return static_cast<int32_t>(std::clamp<int64_t>(blocks, 2, 1 << 24));
+}
+
+absl::StatusOr<Backend> MakeCpuBackend(const ServerConfig& c) {
+  Backend b;
+  b.name = "cpu";
+  b.device = "cpu";
+  auto model = engine::LoadModel(c.model);
+  if (!model.ok()) return WithFlag("model", c.model, model.status());
+  b.model = std::move(*model);
+  b.num_blocks = CpuKvBlocks(c, *b.model);
+  b.runner = std::make_unique<scheduler::ModelStepRunner>(
+      *b.model, engine::RunnerOptions{.num_blocks = b.num_blocks, .block_size = c.block_size});
+  return b;
+}
+
+// The CUDA module's runner behind the scheduler's StepRunner; it samples on
+// the device.
+class CudaStepRunner final : public scheduler::StepRunner {
+ public:
+  explicit CudaStepRunner(std::unique_ptr<engine::DeviceRunner> runner)
+      : runner_(std::move(runner)) {}
+  absl::StatusOr<engine::StepOutput> Step(const engine::StepInput& input) override {
+    return runner_->Step(input);
+  }
+  bool SamplesOnDevice() const override { return true; }
+
+ private:
+  std::unique_ptr<engine::DeviceRunner> runner_;
+};
+
+absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::CudaBackendApi& api) {
+  Backend b;
+  b.name = "cuda";
+  // The device gets the weights; no fp32 host copy.
+  auto model = engine::LoadModel(c.model, engine::LoadModelOptions{.host_weights = false});
+  if (!model.ok()) return WithFlag("model", c.model, model.status());
+  b.model = std::move(*model);
+  const int32_t model_len = static_cast<int32_t>(b.model->config.max_position_embeddings);
+  auto runner = api.create(
+      *b.model,
+      engine::CudaRunnerOptions{
+          .device = c.cuda_device,
+          .block_size = c.block_size,
+          .num_blocks = c.num_kv_blocks,
+          .gpu_memory_fraction = c.gpu_memory_fraction,
+          .dtype = c.dtype,
+          .batch_invariant = c.batch_invariant,
+          .max_num_tokens = c.max_num_batched_tokens,
+          .max_num_seqs = c.max_num_seqs,
+          .max_model_len = c.max_model_len > 0 ? std::min(c.max_model_len, model_len) : model_len});
+  if (!runner.ok()) return WithFlag("backend", "cuda", runner.status());
+  b.device = (*runner)->device_name();
+  b.num_blocks = static_cast<int32_t>(std::min<int64_t>((*runner)->num_blocks(), 1 << 24));
+  b.runner = std::make_unique<CudaStepRunner>(std::move(*runner));
+  return b;
+}
+
+}  // namespace
+
+absl::StatusOr<Backend> MakeBackend(const ServerConfig& c) {
+  if (c.backend == "cpu") return MakeCpuBackend(c);
+  // auto: no NVIDIA device node, no GPU; the CUDA module is not even loaded.
+  if (c.backend == "auto" && !std::filesystem::exists("/dev/nvidiactl")) return MakeCpuBackend(c);
+  absl::StatusOr<const engine::CudaBackendApi*> api = engine::LoadCudaBackend();
+  std::string why;
+  if (!api.ok()) {
+    why = std::string(api.status().message());
+  } else if (!(*api)->device_available(&why)) {
+    why = "no usable CUDA device (" + why + ")";
+  } else {
+    return MakeCudaBackend(c, **api);
+  }
+  if (c.backend == "cuda") return absl::FailedPreconditionError("--backend=cuda: " + why);
+  engine::Log().warn("--backend=auto: serving on the CPU: {}", why);
+  return MakeCpuBackend(c);
+}
+
+}  // namespace kvserve::server
