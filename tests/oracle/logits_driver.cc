@@ -3,14 +3,20 @@
 // Python tests to compare with Hugging Face transformers.
 //
 //   kvserve_logits_driver MODEL < {"prompt": [ids], "greedy_tokens": 32,
-//                                  "block_size": 16, "chunk": 64}
+//                                  "block_size": 16, "chunk": 64,
+//                                  "backend": "cpu" | "cuda", "dtype": "auto"}
 //   > {"prompt_logits": [[...], ...], "greedy": [ids]}
 #include <algorithm>
 #include <iostream>
 
+#include <functional>
+
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "nlohmann/json.hpp"
+#if KVSERVE_HAVE_CUDA
+#include "engine/cuda/cuda_model_runner.h"
+#endif
 
 namespace {
 
@@ -27,7 +33,9 @@ int main(int argc, char** argv) {
   if (argc != 2) return Fail("usage: kvserve_logits_driver MODEL < request.json");
   const nlohmann::json request = nlohmann::json::parse(std::cin, nullptr, false);
   if (request.is_discarded()) return Fail("stdin is not JSON");
-  auto model = kvserve::engine::LoadModel(argv[1]);
+  const std::string backend = request.value("backend", "cpu");
+  auto model = kvserve::engine::LoadModel(
+      argv[1], kvserve::engine::LoadModelOptions{.host_weights = backend == "cpu"});
   if (!model.ok()) return Fail(std::string(model.status().message()));
 
   std::vector<int32_t> tokens = request.at("prompt").get<std::vector<int32_t>>();
@@ -36,8 +44,32 @@ int main(int argc, char** argv) {
   const int32_t chunk = request.value("chunk", 1 << 30);
   const int64_t max_tokens = static_cast<int64_t>(tokens.size()) + greedy_tokens;
   const int64_t num_blocks = max_tokens / block_size + 2;
-  kvserve::engine::ModelRunner runner(**model,
-                                      {.num_blocks = num_blocks, .block_size = block_size});
+  std::function<absl::StatusOr<kvserve::engine::StepOutput>(const StepInput&)> run_step;
+  std::unique_ptr<kvserve::engine::ModelRunner> cpu_runner;
+#if KVSERVE_HAVE_CUDA
+  std::unique_ptr<kvserve::engine::CudaModelRunner> cuda_runner;
+#endif
+  if (backend == "cpu") {
+    cpu_runner = std::make_unique<kvserve::engine::ModelRunner>(
+        **model, kvserve::engine::RunnerOptions{.num_blocks = num_blocks, .block_size = block_size});
+    run_step = [&](const StepInput& in) { return cpu_runner->Step(in); };
+  } else if (backend == "cuda") {
+#if KVSERVE_HAVE_CUDA
+    auto created = kvserve::engine::CudaModelRunner::Create(
+        **model, {.block_size = block_size,
+                  .num_blocks = num_blocks,
+                  .dtype = request.value("dtype", "auto"),
+                  .max_num_tokens = static_cast<int32_t>(std::max<int64_t>(max_tokens, 16)),
+                  .max_num_seqs = 1});
+    if (!created.ok()) return Fail(std::string(created.status().message()));
+    cuda_runner = std::move(*created);
+    run_step = [&](const StepInput& in) { return cuda_runner->Step(in); };
+#else
+    return Fail("this build has no CUDA backend");
+#endif
+  } else {
+    return Fail("backend must be cpu or cuda");
+  }
   // Blocks in reverse order: a non-trivial block table.
   std::vector<int32_t> table;
   for (int64_t b = num_blocks - 1; b >= 1; --b) table.push_back(static_cast<int32_t>(b));
@@ -48,7 +80,7 @@ int main(int argc, char** argv) {
   auto step = [&](int32_t count, StepInput::Logits logits) -> bool {
     StepInput in;
     in.AddSequence(std::span(tokens).subspan(computed, count), computed, table, block_size, logits);
-    auto out = runner.Step(in);
+    auto out = run_step(in);
     if (!out.ok()) {
       Fail(std::string(out.status().message()));
       return false;
