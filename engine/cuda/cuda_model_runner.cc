@@ -52,14 +52,7 @@ absl::StatusOr<ElemType> ServingDtype(const Model& model, const std::string& req
   if (model.checkpoint != nullptr) {
     auto info = model.checkpoint->Find("model.embed_tokens.weight");
     if (!info.ok()) return info.status();
-    switch ((*info)->dtype) {
-      case DType::kF32:
-        return ElemType::kF32;
-      case DType::kF16:
-        return ElemType::kF16;
-      case DType::kBF16:
-        return ElemType::kBF16;
-    }
+    return cuda::ElemTypeOf((*info)->dtype);
   }
   return model.name == "builtin:llama3-8b" ? ElemType::kBF16 : ElemType::kF32;
 }

@@ -108,7 +108,9 @@ absl::StatusOr<DeviceWeights> Build(
   return w;
 }
 
-ElemType FromDType(DType t) {
+}  // namespace
+
+ElemType ElemTypeOf(DType t) {
   switch (t) {
     case DType::kF32:
       return ElemType::kF32;
@@ -119,8 +121,6 @@ ElemType FromDType(DType t) {
   }
   return ElemType::kF32;
 }
-
-}  // namespace
 
 absl::StatusOr<DeviceWeights> UploadWeights(const ModelConfig& config,
                                             const SafetensorsCheckpoint& checkpoint,
@@ -138,7 +138,7 @@ absl::StatusOr<DeviceWeights> UploadWeights(const ModelConfig& config,
           "tensor \"", part.name, "\" in ", t.file, " has shape [", absl::StrJoin(t.shape, ", "),
           "], expected [", absl::StrJoin(part.shape, ", "), "]"));
     }
-    const ElemType src_type = FromDType(t.dtype);
+    const ElemType src_type = ElemTypeOf(t.dtype);
     const int64_t n = Elements(part.shape);
     if (src_type == dtype) {
       KVSERVE_RETURN_IF_CUDA_ERROR(

@@ -50,6 +50,9 @@ struct DeviceWeights {
   int64_t streamed_bytes = 0;
 };
 
+// The device element type of a checkpoint dtype.
+kernels::cuda::ElemType ElemTypeOf(DType dtype);
+
 // Uploads from a checkpoint (fp32, fp16 or bf16 tensors), converting to
 // `dtype` on the device in bounded chunks. Errors name the tensor.
 absl::StatusOr<DeviceWeights> UploadWeights(const ModelConfig& config,
