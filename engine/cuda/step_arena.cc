@@ -22,12 +22,16 @@ bool AnyPenalty(const SamplingParams& p) {
   return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
 }
 
-// The split-KV workspace a step needs: every token through split-KV in
-// batch-invariant mode, else the decode tokens of a decode-only step (a step
-// with a longer chunk goes through the prefill kernel, which needs none).
-size_t AttentionWorkspace(const ModelConfig& c, const CudaRunnerOptions& o, int64_t tokens,
-                          int32_t max_query_len, int32_t max_seq_len) {
-  if (!o.batch_invariant && max_query_len > 1) return 0;
+// The split-KV workspace a step needs: none when the dispatcher sends the
+// step to the prefill kernel (kernels/cuda/paged_attention.h), else room for
+// every token of the step.
+size_t AttentionWorkspace(const ModelConfig& c, const CudaRunnerOptions& o,
+                          kernels::cuda::ElemType dtype, int64_t tokens, int32_t max_query_len,
+                          int32_t max_seq_len) {
+  if (!kernels::cuda::PagedAttentionUsesSplitKv(dtype, static_cast<int>(c.head_dim), max_query_len,
+                                                o.batch_invariant)) {
+    return 0;
+  }
   return kernels::cuda::PagedAttentionWorkspaceBytes(static_cast<int>(tokens),
                                                      static_cast<int>(c.num_heads),
                                                      static_cast<int>(c.head_dim), max_seq_len);
@@ -132,7 +136,7 @@ StepShape StepShape::Of(const StepInput& in, const ModelConfig& c, const CudaRun
     s.num_masked_tokens += static_cast<int64_t>(spec.masked_tokens.size());
   }
   s.attention_workspace_bytes =
-      AttentionWorkspace(c, o, s.num_tokens, s.max_query_len, s.max_seq_len);
+      AttentionWorkspace(c, o, dtype, s.num_tokens, s.max_query_len, s.max_seq_len);
   return s;
 }
 
@@ -147,11 +151,13 @@ StepShape StepShape::Worst(const ModelConfig& c, const CudaRunnerOptions& o,
   s.max_query_len = o.max_num_tokens;
   s.max_seq_len = o.max_model_len;
   s.sampling = true;
-  // Decode-only steps of max_num_seqs tokens at full length; batch-invariant
-  // mode: the whole token budget at full length.
-  s.attention_workspace_bytes = o.batch_invariant
-                                    ? AttentionWorkspace(c, o, o.max_num_tokens, 1, o.max_model_len)
-                                    : AttentionWorkspace(c, o, o.max_num_seqs, 1, o.max_model_len);
+  // Where chunks longer than one token also go through split-KV (fp32, small
+  // head dims, batch-invariant mode): the whole token budget at full length;
+  // else decode-only steps of max_num_seqs tokens at full length.
+  const bool chunks_use_split_kv = kernels::cuda::PagedAttentionUsesSplitKv(
+      dtype, static_cast<int>(c.head_dim), /*max_query_len=*/2, o.batch_invariant);
+  s.attention_workspace_bytes = AttentionWorkspace(
+      c, o, dtype, chunks_use_split_kv ? o.max_num_tokens : o.max_num_seqs, 1, o.max_model_len);
   return s;
 }
 

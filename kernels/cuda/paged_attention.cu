@@ -29,10 +29,19 @@ size_t PagedAttentionWorkspaceBytes(int num_tokens, int num_heads, int head_dim,
   return internal::SplitKvWorkspaceBytes(num_tokens, num_heads, head_dim, max_seq_len);
 }
 
+namespace {
+bool PrefillHeadDim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 256; }
+}  // namespace
+
+bool PagedAttentionUsesSplitKv(ElemType dtype, int head_dim, int max_query_len,
+                               bool batch_invariant) {
+  return batch_invariant || dtype == ElemType::kF32 || max_query_len <= 1 ||
+         !PrefillHeadDim(head_dim);
+}
+
 cudaError_t PagedAttention(const CudaPagedAttentionParams& p, cudaStream_t stream) {
   const int d = p.head_dim;
-  const bool prefill_head_dim = d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
-  const bool head_dim_ok = prefill_head_dim || d == 16 || d == 32;
+  const bool head_dim_ok = PrefillHeadDim(d) || d == 16 || d == 32;
   if (!head_dim_ok || p.block_size < 1 || p.block_size > 64 || p.num_heads <= 0 ||
       p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 || p.num_tokens < 0) {
     return cudaErrorInvalidValue;
@@ -40,9 +49,9 @@ cudaError_t PagedAttention(const CudaPagedAttentionParams& p, cudaStream_t strea
   if (p.dtype != ElemType::kF32 && p.dtype != ElemType::kF16 && p.dtype != ElemType::kBF16) {
     return cudaErrorInvalidValue;
   }
-  const bool split_kv =
-      p.batch_invariant || p.dtype == ElemType::kF32 || p.max_query_len <= 1 || !prefill_head_dim;
-  return split_kv ? PagedAttentionSplitKv(p, stream) : PagedAttentionPrefill(p, stream);
+  return PagedAttentionUsesSplitKv(p.dtype, d, p.max_query_len, p.batch_invariant)
+             ? PagedAttentionSplitKv(p, stream)
+             : PagedAttentionPrefill(p, stream);
 }
 
 }  // namespace kvserve::kernels::cuda

@@ -69,6 +69,12 @@ struct CudaPagedAttentionParams {
   size_t workspace_bytes = 0;
 };
 
+// The dispatcher's rule: whether PagedAttention sends a call with these
+// properties through split-KV (every token) rather than the prefill kernel.
+// Callers size the workspace with it (only split-KV uses one).
+bool PagedAttentionUsesSplitKv(ElemType dtype, int head_dim, int max_query_len,
+                               bool batch_invariant);
+
 // Workspace bytes for a call with these bounds (0 is a valid answer).
 size_t PagedAttentionWorkspaceBytes(int num_tokens, int num_heads, int head_dim, int max_seq_len);
 

@@ -343,6 +343,27 @@ TEST(SplitKv, OtherHeadDims) {
   }
 }
 
+// The small head dims (16, 32: one or two 16-byte chunks per row group lane,
+// 32 or 64 row groups) with every heads-per-pass instantiation: 1, 2, 4 (group
+// 3, a partial pass) and 8.
+TEST(SplitKv, SmallHeadDimsAllGroups) {
+  for (ElemType t : kAllTypes) {
+    for (int dim : {16, 32}) {
+      for (int group : {1, 2, 3, 8}) {
+        Case c;
+        c.dtype = t;
+        c.num_kv_heads = 2;
+        c.num_heads = 2 * group;
+        c.head_dim = dim;
+        c.block_size = 16;
+        c.lens = SeventeenLens();
+        World w(c, 500 + dim + group);
+        CheckAgainstOracle(w);
+      }
+    }
+  }
+}
+
 // Group sizes that are not a power of two and groups larger than one pass of
 // eight heads.
 TEST(SplitKv, OtherGroupSizes) {
@@ -491,22 +512,28 @@ TEST(SplitKv, BatchInvariance) {
 TEST(PagedAttentionDispatch, SplitKvPathIsBitIdentical) {
   // Decode-only bf16, fp32 with chunks, and batch-invariant bf16 with chunks
   // all go through split-KV.
+  // Also bf16/fp16 chunks with head dims 16 and 32, which the prefill kernel
+  // does not have.
   struct Variant {
     ElemType t;
     bool chunks;
     bool invariant;
+    int head_dim = 128;
   };
   for (const Variant& v :
        {Variant{ElemType::kBF16, false, false}, Variant{ElemType::kF32, true, false},
-        Variant{ElemType::kBF16, true, true}, Variant{ElemType::kF16, true, true}}) {
+        Variant{ElemType::kBF16, true, true}, Variant{ElemType::kF16, true, true},
+        Variant{ElemType::kBF16, true, false, 32}, Variant{ElemType::kF16, true, false, 16}}) {
     Case c = MixedBatch(v.t, 8);
+    c.head_dim = v.head_dim;
     if (!v.chunks) c.chunks.clear();
     World w(c, 31);
     kc::CudaPagedAttentionParams p = w.Params();
     p.batch_invariant = v.invariant;
     const std::vector<uint8_t> direct = RunRaw(w, p, Entry::kSplitKv);
     const std::vector<uint8_t> dispatched = RunRaw(w, p, Entry::kDispatcher);
-    EXPECT_TRUE(direct == dispatched) << kc::ElemName(v.t) << " chunks=" << v.chunks;
+    EXPECT_TRUE(direct == dispatched)
+        << kc::ElemName(v.t) << " chunks=" << v.chunks << " dim=" << v.head_dim;
     ExpectMatchesOracle(w, ToFloats(v.t, dispatched), w.Reference());
   }
 }
