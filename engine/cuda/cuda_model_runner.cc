@@ -96,6 +96,8 @@ struct CudaModelRunner::Impl {
 
   explicit Impl(const Model& m) : model(m) {}
   ~Impl() {
+    // The runner may be destroyed on another thread than the one that made it.
+    if (stream != nullptr) cudaSetDevice(options.device);
     if (cublas.handle != nullptr) cublasLtDestroy(cublas.handle);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -235,6 +237,10 @@ absl::StatusOr<StepOutput> CudaModelRunner::Impl::Step(const StepInput& in) {
         absl::StrCat("step input: ", in.num_tokens(), " tokens in ", in.num_seqs(),
                      " sequences exceed the runner's bounds (max_num_tokens ",
                      options.max_num_tokens, ", max_num_seqs ", options.max_num_seqs, ")"));
+  }
+  for (const SampleSpec& spec : in.sample_specs) {
+    // The sampler trusts its rows (num_logprobs sizes the out_top writes).
+    if (absl::Status s = spec.params.Validate(); !s.ok()) return s;
   }
   StepOutput out;
   out.vocab_size = c.vocab_size;
@@ -424,7 +430,16 @@ CudaModelRunner::CudaModelRunner(std::unique_ptr<Impl> impl) : impl_(std::move(i
 CudaModelRunner::~CudaModelRunner() = default;
 
 absl::StatusOr<StepOutput> CudaModelRunner::Step(const StepInput& input) {
-  return impl_->Step(input);
+  // The current device is per thread, and Step runs on the engine loop's
+  // thread, not the one that called Create.
+  KVSERVE_RETURN_IF_CUDA_ERROR(cudaSetDevice(impl_->options.device), "selecting the device");
+  auto out = impl_->Step(input);
+  if (!out.ok()) {
+    // A step that failed part way may have left work queued, the metadata
+    // upload reading the pinned buffer the next Prepare refills among it.
+    cudaStreamSynchronize(impl_->stream);
+  }
+  return out;
 }
 
 int64_t CudaModelRunner::num_blocks() const { return impl_->num_blocks; }
@@ -439,6 +454,7 @@ int64_t CudaModelRunner::streamed_weight_bytes() const { return impl_->weights.s
 
 absl::Status CudaModelRunner::FillKvBlocks(const std::vector<int32_t>& block_ids, float value) {
   Impl& m = *impl_;
+  KVSERVE_RETURN_IF_CUDA_ERROR(cudaSetDevice(m.options.device), "selecting the device");
   const int64_t per_block = m.ElementsPerBlock();
   for (int32_t block : block_ids) {
     if (block < 0 || block >= m.num_blocks) {

@@ -151,6 +151,10 @@ StepShape StepShape::Worst(const ModelConfig& c, const CudaRunnerOptions& o,
   s.max_query_len = o.max_num_tokens;
   s.max_seq_len = o.max_model_len;
   s.sampling = true;
+  // Of counts prompt + output tokens of each penalised row, at most
+  // max_model_len (the scheduler's admission bound); without this room the
+  // first step with a penalty would regrow the whole arena.
+  s.num_penalty_tokens = s.num_logits * o.max_model_len;
   // Where chunks longer than one token also go through split-KV (fp32, small
   // head dims, batch-invariant mode): the whole token budget at full length;
   // else decode-only steps of max_num_seqs tokens at full length.
@@ -300,7 +304,8 @@ std::vector<SampleResult> StepArena::Samples(const StepShape& shape, const StepI
   for (int64_t r = 0; r < shape.num_logits; ++r) {
     results[r].token = tokens[r];
     results[r].logprob = logprobs[r];
-    const int64_t k = std::min<int64_t>(in.sample_specs[r].params.num_logprobs, shape.vocab);
+    const int64_t k =
+        std::min<int64_t>({in.sample_specs[r].params.num_logprobs, kCudaMaxLogprobs, shape.vocab});
     for (int64_t j = 0; j < k; ++j) {
       const CudaTokenLogprob& t = top[r * kCudaMaxLogprobs + j];
       results[r].top_logprobs.push_back(TokenLogprob{.token = t.token, .logprob = t.logprob});
