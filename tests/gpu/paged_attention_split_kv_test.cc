@@ -600,7 +600,9 @@ TEST(WriteKvCache, WritesSlotsAndSkipsNegative) {
   };
   for (const WriteCase& wc : cases) {
     std::mt19937 rng(wc.head_dim + wc.block_size);
-    const int num_kv_heads = 3, num_heads = 12, num_tokens = 37, num_blocks = 11;
+    // At least one slot per token (block size 1 and 3 included), plus spare blocks.
+    const int num_kv_heads = 3, num_heads = 12, num_tokens = 37,
+              num_blocks = (num_tokens + wc.block_size - 1) / wc.block_size + 2;
     const int64_t kv_row = int64_t{num_kv_heads} * wc.head_dim;
     // Fused [q | k | v] rows; the odd case adds one element per row.
     const int64_t stride = (num_heads + 2 * num_kv_heads) * wc.head_dim + (wc.odd_stride ? 1 : 0);
