@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 #include "engine/cuda/cuda_model_runner.h"
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/sample_rows.h"
 #include "kernels/cuda/paged_attention.h"
 
 namespace kvserve::engine::cuda {
@@ -17,10 +17,6 @@ using kernels::cuda::CudaSampleRow;
 using kernels::cuda::CudaTokenLogprob;
 using kernels::cuda::ElemSize;
 using kernels::cuda::kCudaMaxLogprobs;
-
-bool AnyPenalty(const SamplingParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-}
 
 // The split-KV workspace a step needs: none when the dispatcher sends the
 // step to the prefill kernel (kernels/cuda/paged_attention.h), else room for
@@ -230,45 +226,12 @@ absl::StatusOr<StepBuffers> StepArena::Prepare(const StepShape& shape, const Ste
   copy(b.block_ids, in.block_ids);
   copy(b.logits_indices, in.logits_indices);
   if (shape.sampling) {
-    std::vector<CudaSampleRow> rows;
-    std::vector<int32_t> penalty_tokens, penalty_counts, masked;
-    for (const SampleSpec& spec : in.sample_specs) {
-      const SamplingParams& p = spec.params;
-      CudaSampleRow r{.temperature = p.temperature,
-                      .top_k = p.top_k,
-                      .top_p = p.top_p,
-                      .min_p = p.min_p,
-                      .repetition_penalty = p.repetition_penalty,
-                      .presence_penalty = p.presence_penalty,
-                      .frequency_penalty = p.frequency_penalty,
-                      .num_logprobs = p.num_logprobs,
-                      .seed = p.seed,
-                      .output_index = spec.output_tokens.size()};
-      r.penalty_begin = static_cast<int32_t>(penalty_tokens.size());
-      if (AnyPenalty(p)) {
-        // Each distinct token of prompt + output once, with its output count
-        // (std::map: a fixed order, so the upload is deterministic).
-        std::map<int32_t, int32_t> counts;
-        for (int32_t t : spec.prompt_tokens) counts.try_emplace(t, 0);
-        for (int32_t t : spec.output_tokens) ++counts[t];
-        for (const auto& [token, count] : counts) {
-          if (token < 0 || token >= shape.vocab) continue;  // as the CPU sampler: ignored
-          penalty_tokens.push_back(token);
-          penalty_counts.push_back(count);
-        }
-      }
-      r.penalty_end = static_cast<int32_t>(penalty_tokens.size());
-      r.mask_begin = static_cast<int32_t>(masked.size());
-      for (int32_t t : spec.masked_tokens) {
-        if (t >= 0 && t < shape.vocab) masked.push_back(t);
-      }
-      r.mask_end = static_cast<int32_t>(masked.size());
-      rows.push_back(r);
-    }
-    copy(b.sample_rows, rows);
-    copy(b.penalty_tokens, penalty_tokens);
-    copy(b.penalty_counts, penalty_counts);
-    copy(b.masked_tokens, masked);
+    SampleRowLists lists;
+    for (const SampleSpec& spec : in.sample_specs) AppendSampleRow(spec, shape.vocab, &lists);
+    copy(b.sample_rows, lists.rows);
+    copy(b.penalty_tokens, lists.penalty_tokens);
+    copy(b.penalty_counts, lists.penalty_counts);
+    copy(b.masked_tokens, lists.masked_tokens);
   }
   KVSERVE_RETURN_IF_CUDA_ERROR(
       cudaMemcpyAsync(device_.get(), host, c.metadata_bytes, cudaMemcpyHostToDevice, stream),

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/sample_rows.h"
 #include "engine/sampling/sampler.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -53,10 +54,6 @@ struct Result {
   std::vector<TokenLogprob> top;
 };
 
-bool AnyPenalty(const SamplingParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-}
-
 // What the CPU sampler is given: the scheduler masks the row first.
 std::vector<float> MaskedRow(const Case& c) {
   std::vector<float> row = c.logits;
@@ -71,51 +68,26 @@ Result RunCpu(const Case& c) {
   return Result{r.token, r.logprob, r.top_logprobs};
 }
 
-// One SampleRows call with one row per case, the per-row lists built as
-// step_arena.cc builds them. Outputs and workspace are NaN-poisoned first.
+// One SampleRows call with one row per case, the per-row lists built by the
+// runner's own builder (engine/cuda/sample_rows.h). Outputs and workspace are NaN-poisoned first.
 std::vector<Result> RunGpu(const std::vector<Case>& cases, int vocab,
                            cudaError_t* status = nullptr) {
   const int n = static_cast<int>(cases.size());
   std::vector<float> logits;
-  std::vector<CudaSampleRow> rows;
-  std::vector<int32_t> penalty_tokens, penalty_counts, masked;
+  engine::cuda::SampleRowLists lists;
   for (const Case& c : cases) {
     logits.insert(logits.end(), c.logits.begin(), c.logits.end());
-    const SamplingParams& p = c.params;
-    CudaSampleRow r{.temperature = p.temperature,
-                    .top_k = p.top_k,
-                    .top_p = p.top_p,
-                    .min_p = p.min_p,
-                    .repetition_penalty = p.repetition_penalty,
-                    .presence_penalty = p.presence_penalty,
-                    .frequency_penalty = p.frequency_penalty,
-                    .num_logprobs = p.num_logprobs,
-                    .seed = p.seed,
-                    .output_index = c.output.size()};
-    r.penalty_begin = static_cast<int32_t>(penalty_tokens.size());
-    if (AnyPenalty(p)) {
-      std::map<int32_t, int32_t> counts;
-      for (int32_t t : c.prompt) counts.try_emplace(t, 0);
-      for (int32_t t : c.output) ++counts[t];
-      for (const auto& [token, count] : counts) {
-        if (token < 0 || token >= vocab) continue;
-        penalty_tokens.push_back(token);
-        penalty_counts.push_back(count);
-      }
-    }
-    r.penalty_end = static_cast<int32_t>(penalty_tokens.size());
-    r.mask_begin = static_cast<int32_t>(masked.size());
-    for (int32_t t : c.mask) {
-      if (t >= 0 && t < vocab) masked.push_back(t);
-    }
-    r.mask_end = static_cast<int32_t>(masked.size());
-    rows.push_back(r);
+    engine::cuda::AppendSampleRow(engine::SampleSpec{.params = c.params,
+                                                     .prompt_tokens = c.prompt,
+                                                     .output_tokens = c.output,
+                                                     .masked_tokens = c.mask},
+                                  vocab, &lists);
   }
   DeviceBuffer d_logits = Upload(logits);
-  DeviceBuffer d_rows = Upload(rows);
-  DeviceBuffer d_penalty_tokens = Upload(penalty_tokens);
-  DeviceBuffer d_penalty_counts = Upload(penalty_counts);
-  DeviceBuffer d_masked = Upload(masked);
+  DeviceBuffer d_rows = Upload(lists.rows);
+  DeviceBuffer d_penalty_tokens = Upload(lists.penalty_tokens);
+  DeviceBuffer d_penalty_counts = Upload(lists.penalty_counts);
+  DeviceBuffer d_masked = Upload(lists.masked_tokens);
   DeviceBuffer d_tokens(n * sizeof(int32_t));
   DeviceBuffer d_logprobs(n * sizeof(float));
   DeviceBuffer d_top(static_cast<size_t>(n) * kCudaMaxLogprobs * sizeof(CudaTokenLogprob));
