@@ -46,40 +46,6 @@ struct Result {
   int64_t ctas = 0;  // CTAs of the split-KV launch that do work
 };
 
-// Fills `bytes` of device memory with random bf16 values in [-1, 1): a
-// 32 MiB random pattern copied as often as needed (never zeros).
-void FillRandomBf16(void* dst, size_t bytes, uint32_t seed) {
-  static std::vector<uint16_t> pattern;
-  static uint32_t pattern_seed = 0;
-  if (pattern.empty() || pattern_seed != seed) {
-    pattern.resize(size_t{16} << 20);
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (uint16_t& x : pattern) {
-      const float f = dist(rng);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      x = static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-    }
-    pattern_seed = seed;
-  }
-  const size_t chunk = pattern.size() * sizeof(uint16_t);
-  auto* out = static_cast<char*>(dst);
-  for (size_t off = 0; off < bytes; off += chunk) {
-    KVSERVE_BENCH_CUDA(cudaMemcpy(out + off, pattern.data(), std::min(chunk, bytes - off),
-                                  cudaMemcpyHostToDevice));
-  }
-}
-
-template <typename T>
-T* UploadVector(const std::vector<T>& v) {
-  void* raw = nullptr;
-  KVSERVE_BENCH_CUDA(cudaMalloc(&raw, std::max<size_t>(v.size(), 1) * sizeof(T)));
-  T* d = static_cast<T*>(raw);
-  KVSERVE_BENCH_CUDA(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
 Result RunDecode(const DecodeCase& dc, cudaStream_t stream, int warmup, int reps) {
   const int bs = dc.block_size;
   const int blocks_per_seq = (dc.context + bs - 1) / bs;

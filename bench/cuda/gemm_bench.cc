@@ -45,23 +45,6 @@ constexpr Layer kLayers[] = {
 };
 constexpr int64_t kRows[] = {1, 64, 512, 4096};
 
-// Fills `bytes` of device memory with random bf16 in [-0.5, 0.5) (never
-// zeros: a GPU's power and clock depend on the data).
-void FillRandomBf16(void* dst, size_t bytes) {
-  const size_t chunk_elems = size_t{8} << 20;
-  std::vector<__nv_bfloat16> host(chunk_elems);
-  uint32_t state = 2024;
-  for (auto& v : host) {
-    state = state * 1664525u + 1013904223u;
-    v = __float2bfloat16(static_cast<float>(state >> 8) / 16777216.0f - 0.5f);
-  }
-  for (size_t off = 0; off < bytes; off += chunk_elems * 2) {
-    const size_t n = bytes - off < chunk_elems * 2 ? bytes - off : chunk_elems * 2;
-    KVSERVE_BENCH_CUDA(
-        cudaMemcpy(static_cast<char*>(dst) + off, host.data(), n, cudaMemcpyHostToDevice));
-  }
-}
-
 struct Result {
   double ms, tflops, gbps;
 };
@@ -99,8 +82,8 @@ int Main() {
   KVSERVE_BENCH_CUDA(cudaMalloc(&w_pool, weight_pool));
   KVSERVE_BENCH_CUDA(cudaMalloc(&x, static_cast<size_t>(max_m * max_xk) * 2));
   KVSERVE_BENCH_CUDA(cudaMalloc(&y, static_cast<size_t>(max_m * max_yn)));
-  FillRandomBf16(w_pool, weight_pool);
-  FillRandomBf16(x, static_cast<size_t>(max_m * max_xk) * 2);
+  FillRandomBf16(w_pool, weight_pool, 1);
+  FillRandomBf16(x, static_cast<size_t>(max_m * max_xk) * 2, 2);
 
   std::printf("\n%-8s %5s %6s %6s | %-38s | %-38s | %s\n", "layer", "m", "n", "k",
               "cuBLASLt: us  TFLOP/s %peak  W GB/s %copy",

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <random>
 #include <vector>
 
 namespace kvserve::bench {
@@ -110,6 +112,42 @@ inline double MeasureBf16MatmulFlops(cudaStream_t stream) {
   cudaFree(b);
   cudaFree(c);
   return 2.0 * n * double{n} * n / (ms * 1e-3);
+}
+
+// Fills `bytes` of device memory with random bf16 values in [-1, 1): a
+// 32 MiB random pattern copied as often as needed (never zeros).
+inline void FillRandomBf16(void* dst, size_t bytes, uint32_t seed) {
+  static std::vector<uint16_t> pattern;
+  static uint32_t pattern_seed = 0;
+  if (pattern.empty() || pattern_seed != seed) {
+    pattern.resize(size_t{16} << 20);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (uint16_t& x : pattern) {
+      const float f = dist(rng);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      x = static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+    }
+    pattern_seed = seed;
+  }
+  const size_t chunk = pattern.size() * sizeof(uint16_t);
+  auto* out = static_cast<char*>(dst);
+  for (size_t off = 0; off < bytes; off += chunk) {
+    KVSERVE_BENCH_CUDA(cudaMemcpy(out + off, pattern.data(), std::min(chunk, bytes - off),
+                                  cudaMemcpyHostToDevice));
+  }
+}
+
+// Copies a host vector into a new device allocation, which the caller owns
+// (cudaFree).
+template <typename T>
+inline T* UploadVector(const std::vector<T>& v) {
+  void* raw = nullptr;
+  KVSERVE_BENCH_CUDA(cudaMalloc(&raw, std::max<size_t>(v.size(), 1) * sizeof(T)));
+  T* d = static_cast<T*>(raw);
+  KVSERVE_BENCH_CUDA(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
 }
 
 }  // namespace kvserve::bench

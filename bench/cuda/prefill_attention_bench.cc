@@ -43,34 +43,11 @@ struct PrefillCase {
   int prompt_len;
 };
 
-// Random bf16 in [-1, 1) (never zeros), uploaded to `dst`.
-void FillRandomBf16(void* dst, size_t elems, uint32_t seed) {
-  std::vector<uint16_t> host(elems);
-  uint32_t state = seed * 2654435761u + 1;
-  for (uint16_t& x : host) {
-    state = state * 1664525u + 1013904223u;
-    const float f = static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    x = static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-  }
-  KVSERVE_BENCH_CUDA(cudaMemcpy(dst, host.data(), elems * 2, cudaMemcpyHostToDevice));
-}
-
 float Bf16ToFloat(uint16_t b) {
   const uint32_t u = uint32_t{b} << 16;
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-
-template <typename T>
-T* UploadVector(const std::vector<T>& v) {
-  T* d = nullptr;
-  KVSERVE_BENCH_CUDA(
-      cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(v.size(), 1) * sizeof(T)));
-  KVSERVE_BENCH_CUDA(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
 }
 
 struct Result {
@@ -109,9 +86,9 @@ Result Run(const PrefillCase& pc, cudaStream_t stream, int reps) {
   KVSERVE_BENCH_CUDA(cudaMalloc(&q, q_elems * 2));
   KVSERVE_BENCH_CUDA(cudaMalloc(&out, q_elems * 2));
   KVSERVE_BENCH_CUDA(cudaMalloc(&out_split, q_elems * 2));
-  FillRandomBf16(k, cache_elems, 1);
-  FillRandomBf16(v, cache_elems, 2);
-  FillRandomBf16(q, q_elems, 3);
+  FillRandomBf16(k, cache_elems * 2, 1);
+  FillRandomBf16(v, cache_elems * 2, 2);
+  FillRandomBf16(q, q_elems * 2, 3);
   int32_t* d_block_ids = UploadVector(block_ids);
   int32_t* d_table_start = UploadVector(table_start);
   int32_t* d_query_start = UploadVector(query_start);
