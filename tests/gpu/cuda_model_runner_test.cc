@@ -4,6 +4,8 @@
 // mode; device sampling equal to the CPU sampler on the same logits; NaN in
 // every block a sequence does not own never reaches the logits; bad steps are
 // InvalidArgument.
+#include "engine/cuda/cuda_model_runner.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,7 +13,6 @@
 #include <random>
 #include <vector>
 
-#include "engine/cuda/cuda_model_runner.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "gtest/gtest.h"
@@ -70,10 +71,11 @@ std::vector<int32_t> RandomTokens(std::mt19937& rng, int n) {
 StepInput BuildStep(std::vector<Seq*> seqs, Blocks& blocks, int32_t chunk) {
   StepInput in;
   for (Seq* s : seqs) {
-    const int32_t n = std::min<int32_t>(chunk, static_cast<int32_t>(s->tokens.size()) - s->computed);
+    const int32_t n =
+        std::min<int32_t>(chunk, static_cast<int32_t>(s->tokens.size()) - s->computed);
     blocks.Reserve(*s, s->computed + n);
-    in.AddSequence(std::span(s->tokens).subspan(s->computed, n), s->computed, s->table,
-                   kBlockSize, StepInput::Logits::kLast);
+    in.AddSequence(std::span(s->tokens).subspan(s->computed, n), s->computed, s->table, kBlockSize,
+                   StepInput::Logits::kLast);
   }
   return in;
 }
@@ -90,11 +92,11 @@ int32_t Argmax(std::span<const float> row) {
 
 std::unique_ptr<CudaModelRunner> MakeCudaRunner(const std::string& dtype, bool invariant) {
   auto r = CudaModelRunner::Create(HostModel(), CudaRunnerOptions{.block_size = kBlockSize,
-                                                                 .num_blocks = kNumBlocks,
-                                                                 .dtype = dtype,
-                                                                 .batch_invariant = invariant,
-                                                                 .max_num_tokens = 512,
-                                                                 .max_num_seqs = 16});
+                                                                  .num_blocks = kNumBlocks,
+                                                                  .dtype = dtype,
+                                                                  .batch_invariant = invariant,
+                                                                  .max_num_tokens = 512,
+                                                                  .max_num_seqs = 16});
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return nullptr;
   std::vector<int32_t> all(kNumBlocks);
@@ -151,8 +153,7 @@ void CompareWithCpu(const std::string& dtype, double tolerance) {
   const int64_t vocab = HostModel().config.vocab_size;
   for (int step = 0; step < 32 && !logits.empty(); ++step) {
     for (size_t q = 0; q < seqs.size(); ++q) {
-      seqs[q]->tokens.push_back(
-          Argmax(std::span<const float>(logits.data() + q * vocab, vocab)));
+      seqs[q]->tokens.push_back(Argmax(std::span<const float>(logits.data() + q * vocab, vocab)));
     }
     const StepInput in = BuildStep(seqs, blocks, 1);
     auto g = gpu->Step(in);
@@ -296,10 +297,9 @@ TEST(CudaModelRunner, RejectsIllFormedSteps) {
 TEST(CudaModelRunner, Llama3ShapeBuiltinRuns) {
   auto model = LoadModel("builtin:llama3-8b", LoadModelOptions{.host_weights = false});
   ASSERT_TRUE(model.ok()) << model.status();
-  auto gpu = CudaModelRunner::Create(**model, CudaRunnerOptions{.block_size = 16,
-                                                                .num_blocks = 64,
-                                                                .max_num_tokens = 256,
-                                                                .max_num_seqs = 4});
+  auto gpu = CudaModelRunner::Create(
+      **model, CudaRunnerOptions{
+                   .block_size = 16, .num_blocks = 64, .max_num_tokens = 256, .max_num_seqs = 4});
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   EXPECT_EQ((*gpu)->dtype_name(), "bf16");
   StepInput in;

@@ -7,9 +7,8 @@
 //                                  "backend": "cpu" | "cuda", "dtype": "auto"}
 //   > {"prompt_logits": [[...], ...], "greedy": [ids]}
 #include <algorithm>
-#include <iostream>
-
 #include <functional>
+#include <iostream>
 
 #include "engine/model.h"
 #include "engine/model_runner.h"
@@ -51,7 +50,8 @@ int main(int argc, char** argv) {
 #endif
   if (backend == "cpu") {
     cpu_runner = std::make_unique<kvserve::engine::ModelRunner>(
-        **model, kvserve::engine::RunnerOptions{.num_blocks = num_blocks, .block_size = block_size});
+        **model,
+        kvserve::engine::RunnerOptions{.num_blocks = num_blocks, .block_size = block_size});
     run_step = [&](const StepInput& in) { return cpu_runner->Step(in); };
   } else if (backend == "cuda") {
 #if KVSERVE_HAVE_CUDA
