@@ -23,7 +23,38 @@ absl::StatusOr<std::unique_ptr<Model>> Finish(std::unique_ptr<Model> model,
   return model;
 }
 
+// Merges generation_config.json into the model: its EOS ids always, its
+// sampling values when asked. The values must be ones a request could send.
+absl::Status ApplyGenerationConfig(const std::string& dir, const LoadModelOptions& options,
+                                   Model& model) {
+  auto generation = LoadGenerationConfig(dir);
+  if (!generation.ok()) return generation.status();
+  model.config.eos_token_ids =
+      MergeEosTokenIds(std::move(model.config.eos_token_ids), generation->eos_token_ids);
+  if (absl::Status s = model.config.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/generation_config.json: ", s.message()));
+  }
+  if (!options.generation_sampling_defaults) return absl::OkStatus();
+  SamplingParams check;
+  ApplySamplingDefaults(generation->sampling, check);
+  if (absl::Status s = check.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/generation_config.json: ", s.message(),
+                     " (--generation_config=none serves the model without its sampling defaults)"));
+  }
+  model.sampling_defaults = generation->sampling;
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+void ApplySamplingDefaults(const SamplingDefaults& defaults, SamplingParams& params) {
+  if (defaults.temperature) params.temperature = *defaults.temperature;
+  if (defaults.top_p) params.top_p = *defaults.top_p;
+  if (defaults.top_k) params.top_k = *defaults.top_k;
+  if (defaults.min_p) params.min_p = *defaults.min_p;
+  if (defaults.repetition_penalty) params.repetition_penalty = *defaults.repetition_penalty;
+}
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
                                                  const LoadModelOptions& options) {
@@ -58,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
   auto config = LoadModelConfig(spec);
   if (!config.ok()) return config.status();
   model->config = *config;
+  if (absl::Status s = ApplyGenerationConfig(spec, options, *model); !s.ok()) return s;
   auto checkpoint = SafetensorsCheckpoint::Open(spec);
   if (!checkpoint.ok()) return checkpoint.status();
   if (fs::exists(fs::path(spec) / "tokenizer.json") ||

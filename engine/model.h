@@ -9,15 +9,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/loader/generation_config.h"
 #include "engine/loader/model_config.h"
 #include "engine/model_weights.h"
+#include "engine/sampling/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace kvserve::engine {
 
 struct Model {
   std::string name;  // "builtin:tiny", or the checkpoint directory
+  // eos_token_ids: config.json's, then generation_config.json's (merged).
   ModelConfig config;
+  // generation_config.json's sampling values, applied by the server to the
+  // fields a request leaves unset; empty with
+  // LoadModelOptions::generation_sampling_defaults = false.
+  SamplingDefaults sampling_defaults;
   ModelWeights weights;
   std::vector<float> rope_inv_freq;      // [head_dim / 2]
   std::unique_ptr<Tokenizer> tokenizer;  // null when the checkpoint ships none
@@ -33,11 +40,19 @@ struct LoadModelOptions {
   // false: skip the CPU runner's fp32 packed weights (keeps the checkpoint
   // open instead). Device-only builtins (builtin:llama3-8b) need false.
   bool host_weights = true;
+  // false: ignore generation_config.json's sampling values (its EOS ids are
+  // merged either way: they are part of the model, as in generate()).
+  bool generation_sampling_defaults = true;
 };
 
 // `spec` is "builtin:NAME" or a Hugging Face checkpoint directory (config.json,
-// *.safetensors, and tokenizer.json or tokenizer.model).
+// *.safetensors, tokenizer.json or tokenizer.model, and optionally
+// generation_config.json).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
                                                  const LoadModelOptions& options = {});
+
+// Sets in `params` every value `defaults` holds (the caller decides which
+// request fields were unset).
+void ApplySamplingDefaults(const SamplingDefaults& defaults, SamplingParams& params);
 
 }  // namespace kvserve::engine

@@ -33,7 +33,9 @@ absl::StatusOr<Backend> MakeCpuBackend(const ServerConfig& c) {
   Backend b;
   b.name = "cpu";
   b.device = "cpu";
-  auto model = engine::LoadModel(c.model);
+  auto model = engine::LoadModel(
+      c.model,
+      engine::LoadModelOptions{.generation_sampling_defaults = c.generation_config == "auto"});
   if (!model.ok()) return WithFlag("model", c.model, model.status());
   b.model = std::move(*model);
   b.num_blocks = CpuKvBlocks(c, *b.model);
@@ -61,7 +63,10 @@ absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::Cud
   Backend b;
   b.name = "cuda";
   // The device gets the weights; no fp32 host copy.
-  auto model = engine::LoadModel(c.model, engine::LoadModelOptions{.host_weights = false});
+  auto model = engine::LoadModel(
+      c.model,
+      engine::LoadModelOptions{.host_weights = false,
+                               .generation_sampling_defaults = c.generation_config == "auto"});
   if (!model.ok()) return WithFlag("model", c.model, model.status());
   b.model = std::move(*model);
   const int32_t model_len = static_cast<int32_t>(b.model->config.max_position_embeddings);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/kv_cache.h"
 #include "engine/logging.h"
 #include "engine/model.h"
@@ -82,6 +83,15 @@ v1::GetModelInfoResponse MakeModelInfo(const ServerConfig& c, const engine::Mode
   info.set_max_num_seqs(engine.batch.max_num_seqs);
   info.set_max_num_batched_tokens(engine.batch.max_num_batched_tokens);
   for (int32_t id : model.config.eos_token_ids) info.add_eos_token_ids(id);
+  const engine::SamplingDefaults& d = model.sampling_defaults;
+  if (!d.empty()) {
+    v1::SamplingParams* s = info.mutable_default_sampling();
+    if (d.temperature) s->set_temperature(*d.temperature);
+    if (d.top_p) s->set_top_p(*d.top_p);
+    if (d.top_k) s->set_top_k(*d.top_k);
+    if (d.min_p) s->set_min_p(*d.min_p);
+    if (d.repetition_penalty) s->set_repetition_penalty(*d.repetition_penalty);
+  }
   return info;
 }
 
@@ -155,11 +165,13 @@ int RunDaemon(const ServerConfig& config) {
 
   scheduler::EngineLoop loop(std::make_unique<scheduler::EngineCore>(
       engine_config, scheduler::ModelInfoOf(model), std::move(backend_parts.runner)));
-  auto metrics = std::make_shared<ServerMetrics>(ServerInfoLabels{.model = model.name,
-                                                                  .backend = backend,
-                                                                  .block_size = config.block_size,
-                                                                  .version = KVSERVE_VERSION},
-                                                 loop);
+  auto metrics = std::make_shared<ServerMetrics>(
+      ServerInfoLabels{.model = model.name,
+                       .backend = backend,
+                       .block_size = config.block_size,
+                       .eos_token_ids = absl::StrJoin(model.config.eos_token_ids, ","),
+                       .version = KVSERVE_VERSION},
+      loop);
   loop.SetStepObserver([m = metrics.get()](const scheduler::StepRecord& s) { m->OnStep(s); });
   loop.Start();
 

@@ -30,6 +30,10 @@ ABSL_FLAG(std::string, dtype, "auto",
 ABSL_FLAG(bool, batch_invariant, false,
           "cuda backend: batch-invariant kernels (a request's output does not depend on the "
           "batch or on prompt chunking), at a speed cost. The cpu backend always is.");
+ABSL_FLAG(std::string, generation_config, "auto",
+          "auto: the checkpoint's generation_config.json sampling values (temperature, top_p, "
+          "top_k, min_p, repetition_penalty) apply to the fields a request leaves unset; none: "
+          "they do not. Its eos_token_id list ends generation either way.");
 ABSL_FLAG(int32_t, block_size, 16, "Tokens per KV cache block, in [1, 256].");
 ABSL_FLAG(int32_t, max_num_seqs, 64, "Most requests in one batch (the running set).");
 ABSL_FLAG(int32_t, max_num_batched_tokens, 2048,
@@ -71,6 +75,7 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   c.dtype = absl::GetFlag(FLAGS_dtype);
   c.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
+  c.generation_config = absl::GetFlag(FLAGS_generation_config);
   c.block_size = absl::GetFlag(FLAGS_block_size);
   c.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   c.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);

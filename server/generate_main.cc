@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/cli_help.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/sampling/sampler.h"
@@ -45,7 +46,10 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Generate text from a prompt with kvserve's CPU engine.");
+  kvserve::common::ConfigureHelp(
+      {.usage = "Generate text from a prompt with kvserve's CPU engine, without the daemon.\n"
+                "  kvserve-generate --model=builtin:tiny --prompt=\"Hello\" --max_tokens=32",
+       .flag_files = {"server/generate_main.cc"}});
   absl::ParseCommandLine(argc, argv);
   kvserve::engine::SamplingParams sampling{
       .temperature = absl::GetFlag(FLAGS_temperature),

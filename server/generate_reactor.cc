@@ -59,8 +59,8 @@ void GenerateReactor::Begin(const v1::GenerateRequest& request) {
     return Refuse(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is draining"));
   }
   if (absl::Status s = state_.auth().Check(*context); !s.ok()) return Refuse(ToGrpcStatus(s));
-  absl::StatusOr<scheduler::RequestParams> params =
-      ToRequestParams(request, state_.tokenizer(), state_.vocab_size());
+  absl::StatusOr<scheduler::RequestParams> params = ToRequestParams(
+      request, state_.tokenizer(), state_.vocab_size(), state_.model().sampling_defaults);
   if (!params.ok()) return Refuse(ToGrpcStatus(params.status()));
   params->deadline = SchedulerDeadline(*context);
   request_id_ = request.request_id();

@@ -4,9 +4,7 @@
 #include <string>
 
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
+#include "common/cli_help.h"
 #include "server/daemon.h"
 #include "server/server_config.h"
 
@@ -22,15 +20,11 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   // --help lists the daemon's own flags (defined in server/flags.cc).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "server/flags.cc");
-  };
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(
-      "LLM inference server. Serves kvserve.v1.KvServe (gRPC, with health and "
-      "reflection) and Prometheus metrics.\n  kvserve --model=builtin:tiny --port=50051 "
-      "--metrics_port=9400");
+  kvserve::common::ConfigureHelp(
+      {.usage = "LLM inference server. Serves kvserve.v1.KvServe (gRPC, with health and "
+                "reflection) and Prometheus metrics.\n  kvserve --model=builtin:tiny --port=50051 "
+                "--metrics_port=9400",
+       .flag_files = {"server/flags.cc"}});
   const auto positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "kvserve: unexpected argument \"%s\" (see --help)\n", positional[1]);

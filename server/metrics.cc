@@ -68,6 +68,7 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
       .Add({{"model", info.model},
             {"backend", info.backend},
             {"block_size", std::to_string(info.block_size)},
+            {"eos_token_ids", info.eos_token_ids},
             {"version", info.version}})
       .Set(1);
 

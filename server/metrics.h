@@ -44,6 +44,7 @@ struct ServerInfoLabels {
   std::string model;
   std::string backend;
   int32_t block_size = 0;
+  std::string eos_token_ids;  // "2,0": every id that ends generation
   std::string version;
 };
 

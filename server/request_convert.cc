@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model.h"
 #include "server/status_map.h"
 
 namespace kvserve::server {
@@ -52,12 +53,17 @@ absl::Status ConvertStopping(const v1::StoppingParams& in, int32_t vocab_size,
   return absl::OkStatus();
 }
 
-void ConvertSampling(const v1::SamplingParams& in, engine::SamplingParams* out) {
-  out->temperature = in.temperature();
-  out->top_k = in.top_k();
-  out->top_p = in.top_p();
-  out->min_p = in.min_p();
-  out->repetition_penalty = in.repetition_penalty();
+// The model's defaults first, then every field the request sets (an unset
+// field keeps the model's default, else the proto's, which equals
+// engine::SamplingParams' own).
+void ConvertSampling(const v1::SamplingParams& in, const engine::SamplingDefaults& defaults,
+                     engine::SamplingParams* out) {
+  engine::ApplySamplingDefaults(defaults, *out);
+  if (in.has_temperature()) out->temperature = in.temperature();
+  if (in.has_top_k()) out->top_k = in.top_k();
+  if (in.has_top_p()) out->top_p = in.top_p();
+  if (in.has_min_p()) out->min_p = in.min_p();
+  if (in.has_repetition_penalty()) out->repetition_penalty = in.repetition_penalty();
   out->presence_penalty = in.presence_penalty();
   out->frequency_penalty = in.frequency_penalty();
   out->seed = in.seed();
@@ -103,7 +109,8 @@ absl::StatusOr<std::vector<int32_t>> TokenizeText(const engine::Tokenizer* token
 
 absl::StatusOr<scheduler::RequestParams> ToRequestParams(const v1::GenerateRequest& request,
                                                          const engine::Tokenizer* tokenizer,
-                                                         int32_t vocab_size) {
+                                                         int32_t vocab_size,
+                                                         const engine::SamplingDefaults& defaults) {
   scheduler::RequestParams params;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
@@ -124,7 +131,7 @@ absl::StatusOr<scheduler::RequestParams> ToRequestParams(const v1::GenerateReque
     case v1::GenerateRequest::PROMPT_NOT_SET:
       return Invalid("prompt", "set either text or token_ids");
   }
-  ConvertSampling(request.sampling(), &params.sampling);
+  ConvertSampling(request.sampling(), defaults, &params.sampling);
   if (request.has_logprobs()) {
     if (request.logprobs() < 0 || request.logprobs() > engine::kMaxLogprobs) {
       return Invalid("logprobs", absl::StrCat("must be in [0, ", engine::kMaxLogprobs, "], got ",

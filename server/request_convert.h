@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/loader/generation_config.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpcpp/support/status.h"
 #include "kvserve/v1/kvserve.pb.h"
@@ -32,9 +33,11 @@ absl::Status CheckUtf8(std::string_view text, std::string_view field);
 
 // The native request; InvalidArgument naming the field on bad input.
 // tokenizer may be null (then text prompts and stop strings are invalid).
-absl::StatusOr<scheduler::RequestParams> ToRequestParams(const v1::GenerateRequest& request,
-                                                         const engine::Tokenizer* tokenizer,
-                                                         int32_t vocab_size);
+// `defaults` (the checkpoint's generation_config.json values) fill the
+// sampling fields the request leaves unset.
+absl::StatusOr<scheduler::RequestParams> ToRequestParams(
+    const v1::GenerateRequest& request, const engine::Tokenizer* tokenizer, int32_t vocab_size,
+    const engine::SamplingDefaults& defaults = {});
 
 // Token ids for Tokenize / Detokenize, checked the same way.
 absl::StatusOr<std::vector<int32_t>> TokenizeText(const engine::Tokenizer* tokenizer,

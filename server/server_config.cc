@@ -58,6 +58,10 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return Bad("dtype",
                absl::StrCat("must be auto, float32, bfloat16 or float16, got \"", c.dtype, "\""));
   }
+  if (c.generation_config != "auto" && c.generation_config != "none") {
+    return Bad("generation_config",
+               absl::StrCat("must be auto or none, got \"", c.generation_config, "\""));
+  }
   if (c.backend == "cuda" && c.block_size > 64) {
     return Bad("block_size",
                absl::StrCat("must be at most 64 with --backend=cuda, got ", c.block_size));

@@ -25,6 +25,9 @@ struct ServerConfig {
   int32_t cuda_device = 0;
   std::string dtype = "auto";    // cuda: auto | float32 | bfloat16 | float16
   bool batch_invariant = false;  // cuda: batch-invariant kernels
+  // auto: generation_config.json's sampling values fill a request's unset
+  // fields; none: ignore them (its EOS ids are used either way).
+  std::string generation_config = "auto";
   int32_t block_size = 16;
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 2048;

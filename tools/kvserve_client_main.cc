@@ -16,13 +16,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/cli_help.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "tools/client/commands.h"
 #include "tools/client/connection.h"
@@ -200,19 +200,9 @@ bool AsksForHelp(int argc, char** argv) {
 // --help lists the flags of this file (absl's default looks for a file named
 // after the binary, which a hyphenated name cannot match).
 void ConfigureUsage() {
-  absl::SetProgramUsageMessage(kUsage);
-  absl::FlagsUsageConfig config;
-  auto is_ours = [](absl::string_view file) {
-    return absl::StrContains(file, "kvserve_client_main");
-  };
-  config.contains_helpshort_flags = is_ours;
-  config.contains_help_flags = is_ours;
-  config.version_string = [] { return std::string("kvserve-client " KVSERVE_VERSION "\n"); };
-  config.normalize_filename = [](absl::string_view file) {
-    const size_t at = file.rfind("tools/");
-    return std::string(at == absl::string_view::npos ? file : file.substr(at));
-  };
-  absl::SetFlagsUsageConfig(config);
+  kvserve::common::ConfigureHelp({.usage = kUsage,
+                                  .flag_files = {"tools/kvserve_client_main.cc"},
+                                  .version = "kvserve-client " KVSERVE_VERSION});
 }
 
 [[noreturn]] void UsageError(const std::string& message) {

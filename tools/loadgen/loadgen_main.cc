@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/cli_help.h"
 #include "tools/loadgen/metrics_scrape.h"
 #include "tools/loadgen/progress.h"
 #include "tools/loadgen/report.h"
@@ -132,10 +133,11 @@ Json ModelJson(const kvserve::v1::GetModelInfoResponse& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "kvserve-loadgen --address=HOST:PORT [--request_rate=R | --concurrency=N | "
-      "--sweep_rates=R1,R2,...] [workload flags] [--output_json=F --output_csv=F]\n"
-      "Load generator for the kvserve gRPC API; see docs/loadgen.md.");
+  kvserve::common::ConfigureHelp(
+      {.usage = "kvserve-loadgen --address=HOST:PORT [--request_rate=R | --concurrency=N | "
+                "--sweep_rates=R1,R2,...] [workload flags] [--output_json=F --output_csv=F]\n"
+                "Load generator for the kvserve gRPC API; see docs/loadgen.md.",
+       .flag_files = {"tools/loadgen/loadgen_main.cc"}});
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) return Usage(absl::StrCat("unexpected argument: ", rest[1]));
 

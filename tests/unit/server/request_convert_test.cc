@@ -187,3 +187,48 @@ TEST(FinalStatus, MapsFinishReasonsToCodes) {
 
 }  // namespace
 }  // namespace kvserve::server
+
+namespace kvserve::server {
+namespace {
+
+// generation_config.json defaults fill exactly the sampling fields a request
+// leaves unset; a field the request sets (even to the proto default) wins.
+TEST(RequestConvertDefaultsTest, CheckpointDefaultsFillOnlyUnsetFields) {
+  const auto tokenizer = engine::MakeByteTokenizer();
+  engine::SamplingDefaults defaults;
+  defaults.temperature = 0.6f;
+  defaults.top_p = 0.9f;
+  defaults.top_k = 20;
+  defaults.min_p = 0.05f;
+  defaults.repetition_penalty = 1.1f;
+
+  v1::GenerateRequest unset;
+  unset.set_text("hi");
+  auto p = ToRequestParams(unset, tokenizer.get(), 258, defaults);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->sampling.temperature, 0.6f);
+  EXPECT_EQ(p->sampling.top_p, 0.9f);
+  EXPECT_EQ(p->sampling.top_k, 20);
+  EXPECT_EQ(p->sampling.min_p, 0.05f);
+  EXPECT_EQ(p->sampling.repetition_penalty, 1.1f);
+
+  v1::GenerateRequest set = unset;
+  set.mutable_sampling()->set_temperature(1.0f);  // the proto default, set explicitly
+  set.mutable_sampling()->set_top_k(0);
+  set.mutable_sampling()->set_min_p(0.0f);
+  auto q = ToRequestParams(set, tokenizer.get(), 258, defaults);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->sampling.temperature, 1.0f);
+  EXPECT_EQ(q->sampling.top_k, 0);
+  EXPECT_EQ(q->sampling.min_p, 0.0f);
+  EXPECT_EQ(q->sampling.top_p, 0.9f);               // still unset: the default
+  EXPECT_EQ(q->sampling.repetition_penalty, 1.1f);  // still unset: the default
+
+  auto none = ToRequestParams(unset, tokenizer.get(), 258, engine::SamplingDefaults{});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->sampling.temperature, 1.0f);
+  EXPECT_EQ(none->sampling.top_k, 0);
+}
+
+}  // namespace
+}  // namespace kvserve::server
