@@ -29,6 +29,13 @@ struct HelpOptions {
 
 void ConfigureHelp(HelpOptions options);
 
+// absl::ParseCommandLine, except for how it ends the process: --help,
+// --helpfull, --helpshort, --helpon, --helpmatch, --helppackage, --version and
+// --only_check_args exit 0 after printing (Abseil exits 1), and a bad flag
+// exits `bad_flag_exit_code` after Abseil's message. Returns the positional
+// arguments (argv[0] first) when parsing goes on.
+std::vector<char*> ParseCommandLine(int argc, char** argv, int bad_flag_exit_code = 1);
+
 // The path of `file` inside the repository: the part from the first of the
 // repository's top-level folders on ("/srv/src/kvserve/server/flags.cc" ->
 // "server/flags.cc"), else `file` without leading "/" and "./" or "../".

@@ -5,7 +5,7 @@
 // It knows nothing about requests: which blocks a sequence owns and which
 // tokens to compute are the scheduler's decisions, passed in every step.
 //
-// Batch invariance (DESIGN.md): every kernel computes a token's values with a
+// Batch invariance (docs/architecture.md): every kernel computes a token's values with a
 // reduction order that depends only on that token's own data, so a sequence's
 // logits are bit-identical alone, in any batch, under any chunking, and
 // after recomputation.

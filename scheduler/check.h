@@ -1,4 +1,4 @@
-// KVSERVE_CHECK: a broken invariant is a bug, not a status (DESIGN.md,
+// KVSERVE_CHECK: a broken invariant is a bug, not a status (docs/architecture.md,
 // "Errors"). On failure it prints the condition and location to stderr and
 // aborts, in every build type. Use it for conditions no input can cause.
 #pragma once

@@ -1,6 +1,6 @@
 // Request: one generation request's state inside the scheduler.
 //
-// State machine (DESIGN.md "Request"); each transition is a method below and
+// State machine (docs/architecture.md "Request"); each transition is a method below and
 // is commented where it is called:
 //
 //            Admit()                    Finish(stop/length/abort/expired/error)

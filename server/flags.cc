@@ -53,10 +53,11 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "File holding a bearer token; when set, Generate/GetModelInfo/Tokenize/Detokenize "
           "require metadata \"authorization: Bearer <token>\" (health and reflection do not).");
 ABSL_FLAG(double, drain_timeout_s, 30,
-          "On SIGTERM/SIGINT, how long in-flight requests may run before they are aborted.");
+          "On SIGTERM/SIGINT, seconds in-flight requests may run before they are aborted.");
 ABSL_FLAG(double, health_stall_timeout_s, 30,
-          "Health turns NOT_SERVING when the busy engine completes no step for this long.");
-ABSL_FLAG(int32_t, max_receive_message_bytes, 4 << 20, "Largest request message accepted.");
+          "Seconds without a completed step (while busy) after which health turns NOT_SERVING.");
+ABSL_FLAG(int32_t, max_receive_message_bytes, 4 << 20,
+          "Largest request message accepted, in bytes.");
 ABSL_FLAG(bool, log_requests, true, "Log one line per finished request.");
 
 namespace kvserve::server {

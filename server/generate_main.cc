@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
       {.usage = "Generate text from a prompt with kvserve's CPU engine, without the daemon.\n"
                 "  kvserve-generate --model=builtin:tiny --prompt=\"Hello\" --max_tokens=32",
        .flag_files = {"server/generate_main.cc"}});
-  absl::ParseCommandLine(argc, argv);
+  kvserve::common::ParseCommandLine(argc, argv);
   kvserve::engine::SamplingParams sampling{
       .temperature = absl::GetFlag(FLAGS_temperature),
       .top_k = absl::GetFlag(FLAGS_top_k),

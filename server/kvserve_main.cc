@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
                 "reflection) and Prometheus metrics.\n  kvserve --model=builtin:tiny --port=50051 "
                 "--metrics_port=9400",
        .flag_files = {"server/flags.cc"}});
-  const auto positional = absl::ParseCommandLine(argc, argv);
+  const auto positional = kvserve::common::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "kvserve: unexpected argument \"%s\" (see --help)\n", positional[1]);
     return 2;

@@ -1,5 +1,5 @@
 // Protobuf <-> native conversion for the v1 API. Protobuf types stop here
-// (DESIGN.md): below server/ everything is scheduler/engine types.
+// (docs/architecture.md): below server/ everything is scheduler/engine types.
 //
 // Validation split: this file checks what only the API knows (oneof presence,
 // string sizes and UTF-8, list lengths, token ids against the vocabulary) and

@@ -1,4 +1,4 @@
-// The one place where absl::Status becomes grpc::Status (DESIGN.md "Errors").
+// The one place where absl::Status becomes grpc::Status (docs/architecture.md "Errors").
 // Codes map one to one (both follow google.rpc.Code); the message is kept.
 #pragma once
 

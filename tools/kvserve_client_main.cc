@@ -72,19 +72,22 @@ ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
 ABSL_FLAG(std::string, tls_server_name, "",
           "Name to verify the server's certificate against, instead of the host in --address.");
 
-// generate: sampling. Unset (the default) leaves the server's default in place.
+// generate: sampling. Unset (the default) leaves the server's default in place: the
+// checkpoint's generation_config.json value where it has one (GetModelInfo.default_sampling).
 ABSL_FLAG(std::optional<float>, temperature, std::nullopt,
-          "generate: [0, 100]; 0: greedy. Server default 1.0.");
-ABSL_FLAG(std::optional<int32_t>, top_k, std::nullopt,
-          "generate: keep the k most likely tokens; 0 or -1: off. Server default off.");
+          "generate: [0, 100]; 0: greedy. Unset: the model's default, else 1.0.");
+ABSL_FLAG(
+    std::optional<int32_t>, top_k, std::nullopt,
+    "generate: keep the k most likely tokens; 0 or -1: off. Unset: the model's default, else off.");
 ABSL_FLAG(std::optional<float>, top_p, std::nullopt,
-          "generate: nucleus sampling, (0, 1]; 1: off. Server default 1.0.");
+          "generate: nucleus sampling, (0, 1]; 1: off. Unset: the model's default, else 1.0.");
 ABSL_FLAG(std::optional<float>, min_p, std::nullopt,
-          "generate: [0, 1], drop tokens below min_p x the top probability. Server default 0.");
+          "generate: [0, 1], drop tokens below min_p x the top probability. Unset: the model's "
+          "default, else 0.");
 ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
           "generate: sampling seed; the same seed gives the same tokens. Server default 0.");
 ABSL_FLAG(std::optional<float>, repetition_penalty, std::nullopt,
-          "generate: (0, 2]; 1: off. Server default 1.0.");
+          "generate: (0, 2]; 1: off. Unset: the model's default, else 1.0.");
 ABSL_FLAG(std::optional<float>, presence_penalty, std::nullopt,
           "generate: [-2, 2]; 0: off. Server default 0.");
 ABSL_FLAG(std::optional<float>, frequency_penalty, std::nullopt,
@@ -168,34 +171,6 @@ Examples:
   kvserve-client tokenize "Hello" && kvserve-client detokenize 1 15043)";
 
 constexpr int kExitUsage = 2;
-
-// absl::ParseCommandLine calls std::exit(1) both after printing --help and on
-// a bad flag. While it runs, this handler turns that exit into 0 for the help
-// flags and kExitUsage for errors (it flushes stdout first: _Exit does not).
-std::atomic<int> parse_exit_code{-1};
-
-void RemapParseExit() {
-  const int code = parse_exit_code.load();
-  if (code < 0) return;
-  std::cout.flush();
-  std::fflush(nullptr);
-  std::_Exit(code);
-}
-
-// Whether argv asks for help or the version (flags absl handles by exiting).
-bool AsksForHelp(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (!absl::ConsumePrefix(&arg, "--")) absl::ConsumePrefix(&arg, "-");
-    arg = arg.substr(0, arg.find('='));
-    if (arg == "help" || arg == "helpfull" || arg == "helpshort" || arg == "helppackage" ||
-        arg == "helpon" || arg == "helpmatch" || arg == "version" || arg == "only_check_args") {
-      return true;
-    }
-  }
-  return false;
-}
 
 // --help lists the flags of this file (absl's default looks for a file named
 // after the binary, which a hyphenated name cannot match).
@@ -287,10 +262,8 @@ ConnectionOptions ConnectionOptionsFromFlags() {
 
 int main(int argc, char** argv) {
   ConfigureUsage();
-  parse_exit_code = AsksForHelp(argc, argv) ? 0 : kExitUsage;
-  std::atexit(RemapParseExit);
-  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  parse_exit_code = -1;
+  const std::vector<char*> positional =
+      kvserve::common::ParseCommandLine(argc, argv, /*bad_flag_exit_code=*/kExitUsage);
 
   if (positional.size() < 2) UsageError("no command given");
   const std::string command = positional[1];

@@ -5,7 +5,7 @@
 //   packed[panel][kk][j] = W[panel * 16 + j][kk]      (zero for j past n)
 // so one k-step of one panel is one contiguous 64-byte line.
 //
-// Batch invariance (DESIGN.md): every y[m][n] is accumulated as
+// Batch invariance (docs/architecture.md): every y[m][n] is accumulated as
 //   acc = 0; for kk in 0..k-1: acc = fma(x[m][kk], W[n][kk], acc); y = acc + bias[n]
 // in exactly this order, whatever m, the row tiling, the ISA path or the thread
 // count. Work is split across threads by column panels, never across k.

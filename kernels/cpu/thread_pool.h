@@ -1,7 +1,7 @@
 // ThreadPool: a fixed set of worker threads for data-parallel kernels.
 //
 // Kernels split work by output rows/columns/heads, never across a reduction
-// dimension, so results do not depend on the number of threads (DESIGN.md,
+// dimension, so results do not depend on the number of threads (docs/architecture.md,
 // batch invariance). The calling thread takes part in every ParallelFor.
 // Thread affinity: one ParallelFor at a time per pool (a concurrent second
 // call is a bug; it aborts when detected); the pool is used by the thread that

@@ -1,6 +1,6 @@
 // GemmInvariant: kvserve's own batch-invariant matrix product (gemm.h).
 //
-// The invariant (DESIGN.md, "Determinism and batch invariance"): every
+// The invariant (docs/architecture.md, "Determinism and batch invariance"): every
 // y[r][c] is produced by one fixed sequence of operations that depends on
 // neither m nor r:
 //   fp16/bf16: acc = 0; for k0 = 0, 16, 32, ... (increasing):

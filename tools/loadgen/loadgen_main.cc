@@ -33,7 +33,7 @@
 ABSL_FLAG(std::string, address, "localhost:50051", "Server address, host:port (plain TCP).");
 ABSL_FLAG(int32_t, num_channels, 4,
           "gRPC channels (TCP connections); calls are spread round-robin.");
-ABSL_FLAG(double, model_info_timeout_s, 30, "How long to wait for the server's GetModelInfo.");
+ABSL_FLAG(double, model_info_timeout_s, 30, "Seconds to wait for the server's GetModelInfo.");
 
 ABSL_FLAG(int64_t, num_requests, 100, "Requests per phase (>= 1).");
 ABSL_FLAG(std::string, request_rate, "inf",
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
                 "--sweep_rates=R1,R2,...] [workload flags] [--output_json=F --output_csv=F]\n"
                 "Load generator for the kvserve gRPC API; see docs/loadgen.md.",
        .flag_files = {"tools/loadgen/loadgen_main.cc"}});
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> rest = kvserve::common::ParseCommandLine(argc, argv);
   if (rest.size() > 1) return Usage(absl::StrCat("unexpected argument: ", rest[1]));
 
   // ---- flags -> options ----

@@ -1,4 +1,4 @@
-// The engine's exactness contract (DESIGN.md, batch invariance), checked bit
+// The engine's exactness contract (docs/architecture.md, batch invariance), checked bit
 // for bit through ModelRunner::Step on builtin:tiny (GQA, 2 layers), with
 // shuffled block tables and NaN in every slot a sequence does not own.
 #include <random>
