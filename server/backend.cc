@@ -33,7 +33,9 @@ absl::StatusOr<Backend> MakeCpuBackend(const ServerConfig& c) {
   Backend b;
   b.name = "cpu";
   b.device = "cpu";
-  auto model = engine::LoadModel(c.model);
+  // The served length picks Phi-3 longrope's factors (engine/model.h).
+  auto model =
+      engine::LoadModel(c.model, engine::LoadModelOptions{.max_model_len = c.max_model_len});
   if (!model.ok()) return WithFlag("model", c.model, model.status());
   b.model = std::move(*model);
   b.num_blocks = CpuKvBlocks(c, *b.model);
