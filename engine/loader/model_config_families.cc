@@ -74,7 +74,6 @@ absl::Status ParseQwen3(const FieldReader& r, const std::string& source, ModelCo
 }
 
 absl::Status ParsePhi3(const FieldReader& r, const std::string& source, ModelConfig& c) {
-  (void)source;
   // Phi3Attention / Phi3MLP: no biases; a window (when set) on every layer.
   std::optional<int64_t> window;
   LOADER_ASSIGN_OR_RETURN(window, r.OptionalInt("sliding_window"));
