@@ -26,6 +26,66 @@ ModelConfig ByteLevelLlama() {
   return c;
 }
 
+constexpr char kTinyFamilies[] = "tiny-qwen3, tiny-phi3, tiny-gemma2, tiny-gemma3";
+
+// builtin:tiny's shape (2 layers, hidden 64, 4 / 2 heads of 16) with each new
+// family's features switched on, so the invariance tests run every code path
+// of the runner. Sliding windows (24, 40) are shorter than the tests' sequences.
+absl::StatusOr<ModelConfig> TinyOfFamily(std::string_view name) {
+  ModelConfig c = ByteLevelLlama();
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  if (name == "tiny-qwen3") {
+    c.architecture = "Qwen3ForCausalLM";
+    c.model_type = "qwen3";
+    c.qk_norm = true;
+    c.rope_theta = 1e6;
+  } else if (name == "tiny-phi3") {
+    // Partial rotary (8 of 16 dims) with longrope; served up to 2048 > 64
+    // tokens, so the long factors and attention_factor apply.
+    c.architecture = "Phi3ForCausalLM";
+    c.model_type = "phi3";
+    c.tie_word_embeddings = false;
+    c.partial_rotary_factor = 0.5;
+    c.sliding_window = 40;
+    c.rope_scaling.type = RopeScaling::Type::kLongRope;
+    c.rope_scaling.original_max_position_embeddings = 64;
+    c.rope_scaling.short_factor = {1.0, 1.2, 1.9, 3.1};
+    c.rope_scaling.long_factor = {1.1, 2.5, 7.0, 19.0};
+    c.rope_scaling.factor = 2048.0 / 64.0;
+    c.rope_scaling.attention_factor = std::sqrt(1.0 + std::log(32.0) / std::log(64.0));
+  } else if (name == "tiny-gemma2" || name == "tiny-gemma3") {
+    const bool gemma3 = name == "tiny-gemma3";
+    c.architecture = gemma3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM";
+    c.model_type = gemma3 ? "gemma3_text" : "gemma2";
+    c.hidden_act = Activation::kGeluTanh;
+    c.norm_weight_plus_one = c.sandwich_norms = c.scale_embeddings = true;
+    c.query_pre_attn_scalar = 24.0;
+    c.sliding_window = 24;
+    if (gemma3) {
+      c.num_layers = 3;
+      c.sliding_layers = {true, false, true};
+      c.qk_norm = true;
+      c.rope_theta = 1e6;
+      c.rope_scaling.type = RopeScaling::Type::kLinear;
+      c.rope_scaling.factor = 2.0;
+      c.local_rope_theta = 1e4;
+    } else {
+      c.sliding_layers = {true, false};
+      c.attn_logit_softcapping = 10.0;
+      c.final_logit_softcapping = 15.0;
+    }
+  } else {
+    return absl::NotFoundError(absl::StrCat("unknown builtin model \"", std::string(name),
+                                            "\" (tiny families: ", kTinyFamilies, ")"));
+  }
+  return c;
+}
+
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -109,22 +169,44 @@ std::vector<BuiltinTensorSpec> BuiltinTensorSpecs(const ModelConfig& c) {
   auto linear = [&](std::string name, int64_t rows, int64_t cols) {
     add(std::move(name), {rows, cols}, static_cast<float>(std::sqrt(3.0 / cols)), 0.0f);
   };
-  // Norm weights around 1.
-  auto norm = [&](std::string name) { add(std::move(name), {h}, 0.1f, 1.0f); };
+  // Norm weights around 1 as the kernel multiplies them (Gemma stores w and
+  // multiplies by 1 + w, so its stored weights are around 0).
+  const float norm_offset = c.norm_weight_plus_one ? 0.0f : 1.0f;
+  auto norm = [&](std::string name, int64_t size) {
+    add(std::move(name), {size}, 0.1f, norm_offset);
+  };
+  // Phi-3 checkpoints fuse q/k/v and gate/up (model_weights.h).
+  const bool fused = c.model_type == "phi3";
   add("model.embed_tokens.weight", {c.vocab_size, h}, 1.0f, 0.0f);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
-    norm(p + "input_layernorm.weight");
-    linear(p + "self_attn.q_proj.weight", c.num_heads * d, h);
-    linear(p + "self_attn.k_proj.weight", c.num_kv_heads * d, h);
-    linear(p + "self_attn.v_proj.weight", c.num_kv_heads * d, h);
+    norm(p + "input_layernorm.weight", h);
+    if (fused) {
+      linear(p + "self_attn.qkv_proj.weight", (c.num_heads + 2 * c.num_kv_heads) * d, h);
+    } else {
+      linear(p + "self_attn.q_proj.weight", c.num_heads * d, h);
+      linear(p + "self_attn.k_proj.weight", c.num_kv_heads * d, h);
+      linear(p + "self_attn.v_proj.weight", c.num_kv_heads * d, h);
+    }
+    if (c.qk_norm) {
+      norm(p + "self_attn.q_norm.weight", d);
+      norm(p + "self_attn.k_norm.weight", d);
+    }
     linear(p + "self_attn.o_proj.weight", h, c.num_heads * d);
-    norm(p + "post_attention_layernorm.weight");
-    linear(p + "mlp.gate_proj.weight", inter, h);
-    linear(p + "mlp.up_proj.weight", inter, h);
+    norm(p + "post_attention_layernorm.weight", h);
+    if (c.sandwich_norms) {
+      norm(p + "pre_feedforward_layernorm.weight", h);
+      norm(p + "post_feedforward_layernorm.weight", h);
+    }
+    if (fused) {
+      linear(p + "mlp.gate_up_proj.weight", 2 * inter, h);
+    } else {
+      linear(p + "mlp.gate_proj.weight", inter, h);
+      linear(p + "mlp.up_proj.weight", inter, h);
+    }
     linear(p + "mlp.down_proj.weight", h, inter);
   }
-  norm("model.norm.weight");
+  norm("model.norm.weight", h);
   if (!c.tie_word_embeddings) linear("lm_head.weight", c.vocab_size, h);
   return specs;
 }
@@ -162,12 +244,17 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
                                  .factor = 8.0,
                                  .low_freq_factor = 1.0,
                                  .high_freq_factor = 4.0,
-                                 .original_max_position_embeddings = 8192};
+                                 .original_max_position_embeddings = 8192,
+                                 .short_factor = {},
+                                 .long_factor = {}};
     c.max_position_embeddings = 8192;
     c.tie_word_embeddings = false;
+  } else if (name.starts_with("tiny-")) {
+    return TinyOfFamily(name);
   } else {
     return absl::NotFoundError(absl::StrCat("unknown builtin model \"", std::string(name),
-                                            "\" (builtin models: tiny, small, llama3-8b)"));
+                                            "\" (builtin models: tiny, small, llama3-8b, ",
+                                            kTinyFamilies, ")"));
   }
   return c;
 }

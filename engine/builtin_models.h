@@ -1,7 +1,13 @@
-// Builtin models: Llama-shaped models whose weights are a pure function of a
+// Builtin models: decoder models whose weights are a pure function of a
 // seed, with the byte-level tokenizer, so kvserve serves with no files.
 //
 //   builtin:tiny   2 layers, hidden 64, 4 heads / 2 KV heads (GQA): every test
+//   builtin:tiny-qwen3, tiny-phi3, tiny-gemma2, tiny-gemma3
+//                  builtin:tiny's shape with each of those families' features
+//                  (q/k norms; fused qkv and gate_up tensors, partial rotary,
+//                  longrope, sliding window; GeGLU, sandwich norms, soft-capping,
+//                  alternating sliding/global layers, local rope), for the
+//                  invariance tests. CPU only (the CUDA runner rejects them).
 //   builtin:small  30 layers, hidden 576, 9 heads / 3 KV heads, MLP 1536 (the
 //                  SmolLM-135M shape with a 258-token vocabulary, ~106M
 //                  parameters): benchmarks

@@ -13,10 +13,19 @@ namespace {
 
 constexpr char kBuiltinPrefix[] = "builtin:";
 
+// Validates the config and computes the rotary tables.
+absl::Status PrepareRope(Model& model, const LoadModelOptions& options) {
+  if (absl::Status s = model.config.Validate(); !s.ok()) return s;
+  model.rope_inv_freq = ComputeRopeInvFreq(model.config, options.max_model_len);
+  model.local_rope_inv_freq = ComputeLocalRopeInvFreq(model.config);
+  model.rope_attention_scaling = RopeAttentionScaling(model.config);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Finish(std::unique_ptr<Model> model,
-                                              const SafetensorsCheckpoint& checkpoint) {
-  if (absl::Status s = model->config.Validate(); !s.ok()) return s;
-  model->rope_inv_freq = ComputeRopeInvFreq(model->config);
+                                              const SafetensorsCheckpoint& checkpoint,
+                                              const LoadModelOptions& options) {
+  if (absl::Status s = PrepareRope(*model, options); !s.ok()) return s;
   auto weights = LoadWeights(model->config, checkpoint);
   if (!weights.ok()) return weights.status();
   model->weights = std::move(*weights);
@@ -67,8 +76,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
     model->tokenizer = MakeByteTokenizer();
     model->builtin_seed = kBuiltinSeed;
     if (!options.host_weights) {
-      if (absl::Status s = model->config.Validate(); !s.ok()) return s;
-      model->rope_inv_freq = ComputeRopeInvFreq(model->config);
+      if (absl::Status s = PrepareRope(*model, options); !s.ok()) return s;
       return model;
     }
     if (IsDeviceOnlyBuiltin(spec.substr(sizeof(kBuiltinPrefix) - 1))) {
@@ -78,7 +86,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
           "--backend=cuda"));
     }
     auto checkpoint = MakeBuiltinCheckpoint(model->config, kBuiltinSeed);
-    return Finish(std::move(model), *checkpoint);
+    return Finish(std::move(model), *checkpoint, options);
   }
 
   namespace fs = std::filesystem;
@@ -102,12 +110,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
   }
   model->checkpoint = std::move(*checkpoint);
   if (!options.host_weights) {
-    if (absl::Status s = model->config.Validate(); !s.ok()) return s;
-    model->rope_inv_freq = ComputeRopeInvFreq(model->config);
+    if (absl::Status s = PrepareRope(*model, options); !s.ok()) return s;
     return model;
   }
   const SafetensorsCheckpoint& opened = *model->checkpoint;  // owned by *model, which Finish keeps
-  return Finish(std::move(model), opened);
+  return Finish(std::move(model), opened, options);
 }
 
 }  // namespace kvserve::engine

@@ -26,7 +26,10 @@ struct Model {
   // LoadModelOptions::generation_sampling_defaults = false.
   SamplingDefaults sampling_defaults;
   ModelWeights weights;
-  std::vector<float> rope_inv_freq;      // [head_dim / 2]
+  std::vector<float> rope_inv_freq;  // [RotaryDim() / 2]
+  // Gemma 3 sliding layers' rope (ComputeLocalRopeInvFreq); empty otherwise.
+  std::vector<float> local_rope_inv_freq;
+  float rope_attention_scaling = 1.0f;   // on cos and sin (longrope), global rope only
   std::unique_ptr<Tokenizer> tokenizer;  // null when the checkpoint ships none
 
   // Where a GPU runner takes its weights from: the opened (memory-mapped)
@@ -43,6 +46,10 @@ struct LoadModelOptions {
   // false: ignore generation_config.json's sampling values (its EOS ids are
   // merged either way: they are part of the model, as in generate()).
   bool generation_sampling_defaults = true;
+  // The longest sequence this model will serve (0: max_position_embeddings).
+  // Only longrope (Phi-3) depends on it: long factors iff it exceeds
+  // original_max_position_embeddings (see ComputeRopeInvFreq).
+  int64_t max_model_len = 0;
 };
 
 // `spec` is "builtin:NAME" or a Hugging Face checkpoint directory (config.json,

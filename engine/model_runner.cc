@@ -59,6 +59,11 @@ absl::StatusOr<StepOutput> ModelRunner::Step(const StepInput& in) {
   act_.resize(n * c.intermediate_size);
 
   kernels::EmbeddingLookup(w.embed_tokens.data(), hidden, in.token_ids.data(), n, residual_.data());
+  if (c.scale_embeddings) {
+    // Gemma: hidden_size**0.5 as an fp32 tensor (the activation dtype here).
+    kernels::Scale(residual_.data(), n * hidden,
+                   static_cast<float>(std::sqrt(static_cast<double>(hidden))));
+  }
   kernels::RmsNorm(residual_.data(), w.layers[0].input_norm.data(), normed_.data(), n, hidden,
                    static_cast<float>(c.rms_norm_eps), pool_);
   for (int64_t layer = 0; layer < c.num_layers; ++layer) RunLayer(layer, in);
@@ -75,12 +80,21 @@ absl::StatusOr<StepOutput> ModelRunner::Step(const StepInput& in) {
   }
   out.logits.resize(rows * c.vocab_size);
   Linear(gathered_.data(), rows, hidden, w.lm_head, nullptr, out.logits.data(), pool_);
+  if (c.final_logit_softcapping > 0.0) {
+    kernels::SoftCap(out.logits.data(), rows * c.vocab_size,
+                     static_cast<float>(c.final_logit_softcapping));
+  }
   return out;
 }
 
 // One decoder layer. On entry normed_ = input_norm(residual_); on exit
 // residual_ has both sublayers added and normed_ = the next norm of it (the
 // next layer's input norm, or the final norm after the last layer).
+//
+//   Llama family:  r += o_proj(attn(qkv(normed)));      normed = mlp_input_norm(r)
+//                  r += down(act(gate_up(normed)));     normed = next_norm(r)
+//   Gemma (sandwich_norms) norms each sublayer's output before the add:
+//                  r += attn_output_norm(o_proj(...));   r += mlp_output_norm(down(...))
 void ModelRunner::RunLayer(int64_t layer, const StepInput& in) {
   const ModelConfig& c = model_.config;
   const LayerWeights& lw = model_.weights.layers[layer];
@@ -97,18 +111,25 @@ void ModelRunner::RunLayer(int64_t layer, const StepInput& in) {
 
   Linear(normed_.data(), n, hidden, lw.qkv, lw.qkv_bias.empty() ? nullptr : lw.qkv_bias.data(),
          qkv_.data(), pool_);
-  kernels::ApplyRope({.q = q,
-                      .k = k,
-                      .q_stride = qkv_width,
-                      .k_stride = qkv_width,
-                      .positions = in.positions.data(),
-                      .inv_freq = model_.rope_inv_freq.data(),
-                      .attention_scaling = 1.0f,
-                      .num_tokens = static_cast<int>(n),
-                      .num_heads = static_cast<int>(c.num_heads),
-                      .num_kv_heads = static_cast<int>(c.num_kv_heads),
-                      .head_dim = static_cast<int>(d)},
-                     pool_);
+  if (c.qk_norm) {  // Qwen3, Gemma 3: per-head norms before RoPE
+    kernels::HeadRmsNorm(q, qkv_width, n, c.num_heads, lw.q_norm.data(), d, eps, pool_);
+    kernels::HeadRmsNorm(k, qkv_width, n, c.num_kv_heads, lw.k_norm.data(), d, eps, pool_);
+  }
+  const bool local_rope = c.LayerUsesLocalRope(layer);
+  kernels::ApplyRope(
+      {.q = q,
+       .k = k,
+       .q_stride = qkv_width,
+       .k_stride = qkv_width,
+       .positions = in.positions.data(),
+       .inv_freq = local_rope ? model_.local_rope_inv_freq.data() : model_.rope_inv_freq.data(),
+       .attention_scaling = local_rope ? 1.0f : model_.rope_attention_scaling,
+       .num_tokens = static_cast<int>(n),
+       .num_heads = static_cast<int>(c.num_heads),
+       .num_kv_heads = static_cast<int>(c.num_kv_heads),
+       .head_dim = static_cast<int>(d),
+       .rotary_dim = static_cast<int>(c.RotaryDim())},
+      pool_);
   kernels::WriteKvCache({.k = k,
                          .v = v,
                          .src_stride = qkv_width,
@@ -133,17 +154,28 @@ void ModelRunner::RunLayer(int64_t layer, const StepInput& in) {
                            .token_pos = in.positions.data(),
                            .block_table_start = in.block_table_start.data(),
                            .block_ids = in.block_ids.data(),
-                           .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
-                           .sliding_window = static_cast<int>(c.sliding_window)},
+                           .scale = c.AttentionScale(),
+                           .sliding_window = static_cast<int>(c.LayerSlidingWindow(layer)),
+                           .softcap = static_cast<float>(c.attn_logit_softcapping)},
                           pool_);
   Linear(attn_.data(), n, q_width, lw.o_proj,
          lw.o_proj_bias.empty() ? nullptr : lw.o_proj_bias.data(), proj_.data(), pool_);
-  kernels::AddRmsNorm(residual_.data(), proj_.data(), lw.post_attention_norm.data(), normed_.data(),
-                      n, hidden, eps, pool_);
+  if (c.sandwich_norms) {
+    kernels::RmsNorm(proj_.data(), lw.attn_output_norm.data(), proj_.data(), n, hidden, eps, pool_);
+  }
+  kernels::AddRmsNorm(residual_.data(), proj_.data(), lw.mlp_input_norm.data(), normed_.data(), n,
+                      hidden, eps, pool_);
 
   Linear(normed_.data(), n, hidden, lw.gate_up, nullptr, gate_up_.data(), pool_);
-  kernels::SiluMul(gate_up_.data(), act_.data(), n, c.intermediate_size, pool_);
+  if (c.hidden_act == Activation::kGeluTanh) {
+    kernels::GeluTanhMul(gate_up_.data(), act_.data(), n, c.intermediate_size, pool_);
+  } else {
+    kernels::SiluMul(gate_up_.data(), act_.data(), n, c.intermediate_size, pool_);
+  }
   Linear(act_.data(), n, c.intermediate_size, lw.down, nullptr, proj_.data(), pool_);
+  if (c.sandwich_norms) {
+    kernels::RmsNorm(proj_.data(), lw.mlp_output_norm.data(), proj_.data(), n, hidden, eps, pool_);
+  }
   const bool last = layer + 1 == c.num_layers;
   const float* next_norm =
       last ? model_.weights.final_norm.data() : model_.weights.layers[layer + 1].input_norm.data();

@@ -1,4 +1,4 @@
-// ModelRunner (CPU backend): runs one forward step of a Llama-family model
+// ModelRunner (CPU backend): runs one forward step of a decoder-only model
 // over a flattened batch (StepInput), writing the new tokens' K/V into the
 // paged KvCache it owns, and returns logits for the requested tokens.
 //

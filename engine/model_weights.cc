@@ -4,6 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 
+// Assigns the value of the StatusOr `expr` to `lhs`, or returns its status.
+#define WEIGHTS_ASSIGN_OR_RETURN(lhs, expr) \
+  {                                         \
+    auto v_ = (expr);                       \
+    if (!v_.ok()) return v_.status();       \
+    lhs = std::move(*v_);                   \
+  }
+
 namespace kvserve::engine {
 namespace {
 
@@ -16,6 +24,17 @@ absl::StatusOr<AlignedBuffer> ReadVector(const SafetensorsCheckpoint& ckpt, cons
   const int64_t shape[] = {size};
   if (absl::Status s = ckpt.ReadF32(name, shape, out.data()); !s.ok()) return s;
   return out;
+}
+
+// An RMSNorm weight as the kernel multiplies it: w, or 1 + w (Gemma; fp32
+// addition, as transformers' `1.0 + self.weight.float()`).
+absl::StatusOr<AlignedBuffer> ReadNorm(const ModelConfig& c, const SafetensorsCheckpoint& ckpt,
+                                       const std::string& name, int64_t size) {
+  absl::StatusOr<AlignedBuffer> w = ReadVector(ckpt, name, size);
+  if (w.ok() && c.norm_weight_plus_one) {
+    for (int64_t i = 0; i < size; ++i) w->data()[i] = 1.0f + w->data()[i];
+  }
+  return w;
 }
 
 // Reads row blocks `names` (each [rows_i, cols]) one after another and packs them.
@@ -43,8 +62,10 @@ int64_t ModelWeights::StreamedBytesPerToken() const {
   int64_t floats = packed(lm_head) + static_cast<int64_t>(final_norm.size());
   for (const LayerWeights& l : layers) {
     floats += packed(l.qkv) + packed(l.o_proj) + packed(l.gate_up) + packed(l.down) +
-              static_cast<int64_t>(l.input_norm.size() + l.post_attention_norm.size() +
-                                   l.qkv_bias.size() + l.o_proj_bias.size());
+              static_cast<int64_t>(l.input_norm.size() + l.mlp_input_norm.size() +
+                                   l.attn_output_norm.size() + l.mlp_output_norm.size() +
+                                   l.q_norm.size() + l.k_norm.size() + l.qkv_bias.size() +
+                                   l.o_proj_bias.size());
   }
   return floats * static_cast<int64_t>(sizeof(float));
 }
@@ -66,17 +87,21 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const Safetensors
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     LayerWeights l;
-    auto input_norm = ReadVector(ckpt, p + "input_layernorm.weight", hidden);
-    if (!input_norm.ok()) return input_norm.status();
-    l.input_norm = std::move(*input_norm);
+    WEIGHTS_ASSIGN_OR_RETURN(l.input_norm, ReadNorm(c, ckpt, p + "input_layernorm.weight", hidden));
 
-    auto qkv = ReadPacked(ckpt,
-                          {{p + "self_attn.q_proj.weight", q_rows},
-                           {p + "self_attn.k_proj.weight", kv_rows},
-                           {p + "self_attn.v_proj.weight", kv_rows}},
-                          hidden);
-    if (!qkv.ok()) return qkv.status();
-    l.qkv = std::move(*qkv);
+    // Phi-3 stores q/k/v and gate/up fused, in kvserve's row order.
+    const bool fused = c.model_type == "phi3";
+    if (fused) {
+      WEIGHTS_ASSIGN_OR_RETURN(
+          l.qkv,
+          ReadPacked(ckpt, {{p + "self_attn.qkv_proj.weight", q_rows + 2 * kv_rows}}, hidden));
+    } else {
+      WEIGHTS_ASSIGN_OR_RETURN(l.qkv, ReadPacked(ckpt,
+                                                 {{p + "self_attn.q_proj.weight", q_rows},
+                                                  {p + "self_attn.k_proj.weight", kv_rows},
+                                                  {p + "self_attn.v_proj.weight", kv_rows}},
+                                                 hidden));
+    }
     if (c.qkv_bias) {
       l.qkv_bias.resize(q_rows + 2 * kv_rows);
       const std::pair<const char*, int64_t> biases[] = {{"self_attn.q_proj.bias", q_rows},
@@ -89,10 +114,15 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const Safetensors
         out += rows;
       }
     }
+    if (c.qk_norm) {
+      WEIGHTS_ASSIGN_OR_RETURN(l.q_norm,
+                               ReadNorm(c, ckpt, p + "self_attn.q_norm.weight", c.head_dim));
+      WEIGHTS_ASSIGN_OR_RETURN(l.k_norm,
+                               ReadNorm(c, ckpt, p + "self_attn.k_norm.weight", c.head_dim));
+    }
 
-    auto o_proj = ReadPacked(ckpt, {{p + "self_attn.o_proj.weight", hidden}}, q_rows);
-    if (!o_proj.ok()) return o_proj.status();
-    l.o_proj = std::move(*o_proj);
+    WEIGHTS_ASSIGN_OR_RETURN(l.o_proj,
+                             ReadPacked(ckpt, {{p + "self_attn.o_proj.weight", hidden}}, q_rows));
     if (c.o_proj_bias) {
       l.o_proj_bias.resize(hidden);
       const int64_t shape[] = {hidden};
@@ -102,24 +132,36 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const Safetensors
       }
     }
 
-    auto post_norm = ReadVector(ckpt, p + "post_attention_layernorm.weight", hidden);
-    if (!post_norm.ok()) return post_norm.status();
-    l.post_attention_norm = std::move(*post_norm);
+    if (c.sandwich_norms) {  // Gemma
+      WEIGHTS_ASSIGN_OR_RETURN(l.attn_output_norm,
+                               ReadNorm(c, ckpt, p + "post_attention_layernorm.weight", hidden));
+      WEIGHTS_ASSIGN_OR_RETURN(l.mlp_input_norm,
+                               ReadNorm(c, ckpt, p + "pre_feedforward_layernorm.weight", hidden));
+      WEIGHTS_ASSIGN_OR_RETURN(l.mlp_output_norm,
+                               ReadNorm(c, ckpt, p + "post_feedforward_layernorm.weight", hidden));
+    } else {
+      WEIGHTS_ASSIGN_OR_RETURN(l.mlp_input_norm,
+                               ReadNorm(c, ckpt, p + "post_attention_layernorm.weight", hidden));
+    }
 
-    auto gate_up = ReadPacked(ckpt,
-                              {{p + "mlp.gate_proj.weight", c.intermediate_size},
-                               {p + "mlp.up_proj.weight", c.intermediate_size}},
-                              hidden);
-    if (!gate_up.ok()) return gate_up.status();
-    l.gate_up = std::move(*gate_up);
-
+    if (fused) {
+      WEIGHTS_ASSIGN_OR_RETURN(
+          l.gate_up,
+          ReadPacked(ckpt, {{p + "mlp.gate_up_proj.weight", 2 * c.intermediate_size}}, hidden));
+    } else {
+      WEIGHTS_ASSIGN_OR_RETURN(l.gate_up,
+                               ReadPacked(ckpt,
+                                          {{p + "mlp.gate_proj.weight", c.intermediate_size},
+                                           {p + "mlp.up_proj.weight", c.intermediate_size}},
+                                          hidden));
+    }
     auto down = ReadPacked(ckpt, {{p + "mlp.down_proj.weight", hidden}}, c.intermediate_size);
     if (!down.ok()) return down.status();
     l.down = std::move(*down);
     w.layers.push_back(std::move(l));
   }
 
-  auto final_norm = ReadVector(ckpt, "model.norm.weight", hidden);
+  auto final_norm = ReadNorm(c, ckpt, "model.norm.weight", hidden);
   if (!final_norm.ok()) return final_norm.status();
   w.final_norm = std::move(*final_norm);
 

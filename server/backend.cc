@@ -33,9 +33,11 @@ absl::StatusOr<Backend> MakeCpuBackend(const ServerConfig& c) {
   Backend b;
   b.name = "cpu";
   b.device = "cpu";
+  // The served length picks Phi-3 longrope's factors (engine/model.h).
   auto model = engine::LoadModel(
       c.model,
-      engine::LoadModelOptions{.generation_sampling_defaults = c.generation_config == "auto"});
+      engine::LoadModelOptions{.generation_sampling_defaults = c.generation_config == "auto",
+                               .max_model_len = c.max_model_len});
   if (!model.ok()) return WithFlag("model", c.model, model.status());
   b.model = std::move(*model);
   b.num_blocks = CpuKvBlocks(c, *b.model);

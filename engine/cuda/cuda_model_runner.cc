@@ -416,6 +416,7 @@ absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& sha
 
 absl::StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::Create(
     const Model& model, const CudaRunnerOptions& options) {
+  if (absl::Status s = CheckCudaSupports(model.config); !s.ok()) return s;
   std::string why;
   if (!CudaDeviceAvailable(&why)) {
     return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", why));

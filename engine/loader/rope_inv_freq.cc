@@ -1,5 +1,5 @@
 // ComputeRopeInvFreq: transformers' rope init functions
-// (_compute_default/_linear_scaling/_llama3_parameters), replayed operation by
+// (_compute_default/_linear_scaling/_llama3/_longrope_parameters), replayed operation by
 // operation in fp32. Notes on how torch evaluates each Python expression:
 //   base ** t        pow(float(base), t) per element (here: correctly rounded)
 //   1.0 / t, c / t   Tensor.__rtruediv__ = t.reciprocal() * c  (two roundings)
@@ -22,22 +22,50 @@ float PowF32(float base, float exponent) {
   return static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
 }
 
+// base ** (torch.arange(0, dim, 2, dtype=int64).float() / dim), fp32.
+std::vector<float> BasePowers(double theta, int64_t dim) {
+  std::vector<float> powers(static_cast<size_t>(dim / 2));
+  const float base = static_cast<float>(theta);
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    powers[i] = PowF32(base, exponent);
+  }
+  return powers;
+}
+
 }  // namespace
 
-std::vector<float> ComputeRopeInvFreq(const ModelConfig& config) {
-  const int64_t dim = config.head_dim;
-  const int64_t half = dim / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  const float base = static_cast<float>(config.rope_theta);
-  for (int64_t i = 0; i < half; ++i) {
-    // torch.arange(0, dim, 2, dtype=int64).float() / dim
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
-    inv_freq[i] = 1.0f / PowF32(base, exponent);
-  }
+std::vector<float> ComputeLocalRopeInvFreq(const ModelConfig& config) {
+  if (config.local_rope_theta <= 0.0) return {};
+  std::vector<float> inv_freq = BasePowers(config.local_rope_theta, config.RotaryDim());
+  for (float& f : inv_freq) f = 1.0f / f;
+  return inv_freq;
+}
 
+float RopeAttentionScaling(const ModelConfig& config) {
+  return config.rope_scaling.type == RopeScaling::Type::kLongRope
+             ? static_cast<float>(config.rope_scaling.attention_factor)
+             : 1.0f;
+}
+
+std::vector<float> ComputeRopeInvFreq(const ModelConfig& config, int64_t max_model_len) {
   const RopeScaling& s = config.rope_scaling;
+  std::vector<float> inv_freq = BasePowers(config.rope_theta, config.RotaryDim());
+  if (s.type == RopeScaling::Type::kLongRope) {
+    // 1.0 / (ext_factors * base ** t): ext_factors is an fp32 tensor.
+    const int64_t served = max_model_len > 0 ? max_model_len : config.max_position_embeddings;
+    const std::vector<double>& ext =
+        served > s.original_max_position_embeddings ? s.long_factor : s.short_factor;
+    for (size_t i = 0; i < inv_freq.size(); ++i) {
+      inv_freq[i] = 1.0f / (static_cast<float>(ext[i]) * inv_freq[i]);
+    }
+    return inv_freq;
+  }
+  for (float& f : inv_freq) f = 1.0f / f;
+
   switch (s.type) {
     case RopeScaling::Type::kNone:
+    case RopeScaling::Type::kLongRope:
       break;
     case RopeScaling::Type::kLinear: {
       const float factor = static_cast<float>(s.factor);

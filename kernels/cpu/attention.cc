@@ -240,6 +240,9 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
           p.q + static_cast<int64_t>(t) * p.q_stride + static_cast<int64_t>(head + g) * dim;
       float* out = p.out + (static_cast<int64_t>(t) * p.num_heads + head + g) * dim;
       Ops::Scores(q, keys, n, dim, p.scale, s);
+      if (p.softcap > 0.0f) {
+        for (int j = 0; j < n; ++j) s[j] = std::tanh(s[j] / p.softcap) * p.softcap;
+      }
       float corr;
       const float sum = Ops::Softmax(s, n, &m[g], &corr);
       l[g] = l[g] * corr + sum;

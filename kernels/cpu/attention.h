@@ -41,7 +41,11 @@ struct PagedAttentionParams {
   const int32_t* block_table_start = nullptr;  // [num_seqs + 1], CSR into block_ids
   const int32_t* block_ids = nullptr;
   float scale = 1.0f;      // usually 1 / sqrt(head_dim)
-  int sliding_window = 0;  // 0: unlimited
+  int sliding_window = 0;  // 0: unlimited (per call: a model may mix layers)
+  // 0: none. Else each score s = scale * q.k becomes softcap * tanh(s / softcap)
+  // before the softmax (Gemma 2's attn_logit_softcapping), per key, so it
+  // keeps the reduction order.
+  float softcap = 0.0f;
 };
 
 // Runs on ActiveIsa(); pool == nullptr runs on the calling thread alone.

@@ -125,8 +125,21 @@ void AddRmsNorm(float* residual, const float* x, const float* weight, float* y, 
   });
 }
 
+void HeadRmsNorm(float* x, int64_t stride, int64_t num_tokens, int64_t num_heads,
+                 const float* weight, int64_t head_dim, float eps, ThreadPool* pool) {
+  const bool avx2 = ActiveIsa() >= CpuIsa::kAvx2;
+  ForRows(pool, num_tokens, RowGrain(num_heads * head_dim), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t h = 0; h < num_heads; ++h) {
+        float* row = x + t * stride + h * head_dim;
+        NormRow(row, weight, row, head_dim, eps, avx2);  // in place: ScaleRow is elementwise
+      }
+    }
+  });
+}
+
 void ApplyRope(const RopeParams& p, ThreadPool* pool) {
-  const int half = p.head_dim / 2;
+  const int half = (p.rotary_dim > 0 ? p.rotary_dim : p.head_dim) / 2;
   ForRows(
       pool, p.num_tokens, RowGrain(static_cast<int64_t>(p.num_heads + p.num_kv_heads) * p.head_dim),
       [&](int64_t begin, int64_t end) {
@@ -163,6 +176,33 @@ void SiluMul(const float* gate_up, float* out, int64_t rows, int64_t inter, Thre
       }
     }
   });
+}
+
+void GeluTanhMul(const float* gate_up, float* out, int64_t rows, int64_t inter, ThreadPool* pool) {
+  // torch's GeluKernel (approximate tanh): kBeta = sqrt(2) * (2 / sqrt(pi)) * 0.5.
+  const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+  const float kappa = 0.044715f;
+  ForRows(pool, rows, RowGrain(inter), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* g = gate_up + r * 2 * inter;
+      const float* u = g + inter;
+      float* o = out + r * inter;
+      for (int64_t i = 0; i < inter; ++i) {
+        const float x = g[i];
+        const float cube = x * x * x;
+        const float inner = beta * (x + kappa * cube);
+        o[i] = (0.5f * x * (1.0f + std::tanh(inner))) * u[i];
+      }
+    }
+  });
+}
+
+void SoftCap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+}
+
+void Scale(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 void EmbeddingLookup(const float* table, int64_t dim, const int32_t* ids, int64_t n, float* out) {

@@ -1,4 +1,4 @@
-// Row-wise kernels of a Llama-family layer. Each output row depends only on
+// Row-wise kernels of a decoder layer. Each output row depends only on
 // its own input row, with a reduction order fixed by the row length and the
 // ISA path (ActiveIsa()): the AVX2 RmsNorm sums squares in 8-lane partial sums
 // and the AVX2 SiluMul uses a vectorised exp, so scalar and AVX2 results
@@ -20,8 +20,15 @@ void RmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_
 void AddRmsNorm(float* residual, const float* x, const float* weight, float* y, int64_t rows,
                 int64_t dim, float eps, ThreadPool* pool);
 
-// Rotary embedding, "rotate half" convention of Hugging Face Llama: for i < d/2,
-//   (x[i], x[i + d/2]) <- (x[i] c - x[i + d/2] s, x[i + d/2] c + x[i] s)
+// In place over every head of every token: x[t][h] = RmsNorm(x[t][h]) with a
+// weight of [head_dim] (Qwen3 / Gemma 3 q_norm and k_norm). Head h of token t
+// starts at x + t * stride + h * head_dim. Same arithmetic as RmsNorm.
+void HeadRmsNorm(float* x, int64_t stride, int64_t num_tokens, int64_t num_heads,
+                 const float* weight, int64_t head_dim, float eps, ThreadPool* pool);
+
+// Rotary embedding, "rotate half" convention of Hugging Face Llama, over the
+// first r = rotary_dim dims of each head (the rest pass through): for i < r/2,
+//   (x[i], x[i + r/2]) <- (x[i] c - x[i + r/2] s, x[i + r/2] c + x[i] s)
 // with angle = float(pos) * inv_freq[i] (fp32, as transformers computes it).
 struct RopeParams {
   float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
@@ -35,12 +42,25 @@ struct RopeParams {
   int num_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  int rotary_dim = 0;  // 0: head_dim; else even, <= head_dim (Phi-3 partial rotary)
 };
 void ApplyRope(const RopeParams& p, ThreadPool* pool);
 
 // out[r][i] = silu(gate_up[r][i]) * gate_up[r][inter + i], silu(g) = g / (1 + exp(-g)).
 // gate_up: [rows, 2 * inter] (gate then up), out: [rows, inter].
 void SiluMul(const float* gate_up, float* out, int64_t rows, int64_t inter, ThreadPool* pool);
+
+// out[r][i] = gelu_tanh(gate_up[r][i]) * gate_up[r][inter + i] (Gemma's GeGLU),
+// gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) in fp32 in
+// torch's order (gelu(approximate="tanh")). Scalar on every ISA.
+void GeluTanhMul(const float* gate_up, float* out, int64_t rows, int64_t inter, ThreadPool* pool);
+
+// x[i] = cap * tanh(x[i] / cap), computed as transformers does it
+// ((x / cap).tanh() * cap, fp32). Gemma's logit soft-capping.
+void SoftCap(float* x, int64_t n, float cap);
+
+// x[i] *= s (Gemma's embedding scale).
+void Scale(float* x, int64_t n, float s);
 
 // out[i] = table[ids[i]]; ids are checked by the caller.
 void EmbeddingLookup(const float* table, int64_t dim, const int32_t* ids, int64_t n, float* out);

@@ -4,7 +4,8 @@
 //
 //   kvserve_logits_driver MODEL < {"prompt": [ids], "greedy_tokens": 32,
 //                                  "block_size": 16, "chunk": 64,
-//                                  "backend": "cpu" | "cuda", "dtype": "auto"}
+//                                  "backend": "cpu" | "cuda", "dtype": "auto",
+//                                  "max_model_len": 0}
 //   > {"prompt_logits": [[...], ...], "greedy": [ids]}
 #include <algorithm>
 #include <functional>
@@ -33,8 +34,11 @@ int main(int argc, char** argv) {
   const nlohmann::json request = nlohmann::json::parse(std::cin, nullptr, false);
   if (request.is_discarded()) return Fail("stdin is not JSON");
   const std::string backend = request.value("backend", "cpu");
+  // max_model_len: the served length (longrope picks its factors by it).
   auto model = kvserve::engine::LoadModel(
-      argv[1], kvserve::engine::LoadModelOptions{.host_weights = backend == "cpu"});
+      argv[1], kvserve::engine::LoadModelOptions{
+                   .host_weights = backend == "cpu",
+                   .max_model_len = request.value("max_model_len", int64_t{0})});
   if (!model.ok()) return Fail(std::string(model.status().message()));
 
   std::vector<int32_t> tokens = request.at("prompt").get<std::vector<int32_t>>();

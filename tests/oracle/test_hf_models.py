@@ -49,6 +49,47 @@ CASES = {
         transformers.LlamaConfig, dict(num_key_value_heads=1, attention_bias=True)),
     "qwen2_bias": (transformers.Qwen2Config, dict(rope_theta=1000000.0, tie_word_embeddings=False)),
     "mistral_sliding_window": (transformers.MistralConfig, dict(sliding_window=24, rope_theta=10000.0)),
+    # Qwen3: q_norm / k_norm; an explicit head_dim unlike hidden / heads.
+    "qwen3_qk_norm_head_dim": (
+        transformers.Qwen3Config, dict(head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen3_attention_bias": (transformers.Qwen3Config, dict(head_dim=16, attention_bias=True)),
+    # Phi-3: fused qkv_proj / gate_up_proj, partial rotary (12 of 16 dims) and
+    # longrope. Short: served length (max_position_embeddings) 4096 <= original
+    # 4096, so short factors, and an explicit attention_factor.
+    "phi3_longrope_short_partial_rotary": (
+        transformers.Phi3Config,
+        dict(max_position_embeddings=4096, original_max_position_embeddings=4096, pad_token_id=0,
+             partial_rotary_factor=0.75,
+             rope_scaling=dict(type="longrope", short_factor=[1.0, 1.1, 1.3, 1.8, 2.4, 3.0],
+                               long_factor=[1.2, 1.9, 3.5, 6.0, 11.0, 20.0], attention_factor=1.19)),
+    ),
+    # Long: the 64-token prompt exceeds original_max_position_embeddings (32),
+    # so transformers uses long factors in every forward pass, as kvserve does
+    # for a served length of 512 > 32; attention_factor computed from 512 / 32.
+    # Plus a sliding window.
+    "phi3_longrope_long_sliding_window": (
+        transformers.Phi3Config,
+        dict(original_max_position_embeddings=32, sliding_window=24, pad_token_id=0,
+             rope_scaling=dict(rope_type="longrope", short_factor=[1.0] * 8,
+                               long_factor=[1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0])),
+    ),
+    # Gemma 2: GeGLU, (1 + w) and sandwich norms, embedding scale, soft-capping
+    # (small caps so they bite), query_pre_attn_scalar, layers sliding /
+    # global / sliding with a window of 24 (the sequences are 96 long).
+    "gemma2_softcap_sliding": (
+        transformers.Gemma2Config,
+        dict(head_dim=16, query_pre_attn_scalar=24, sliding_window=24, attn_logit_softcapping=3.0,
+             final_logit_softcapping=5.0, rope_theta=10000.0),
+    ),
+    # Gemma 3: q/k norms, local rope (theta 1e4) on sliding layers and linear
+    # scaling (theta 1e6) on the global one.
+    "gemma3_text_local_rope": (
+        transformers.Gemma3TextConfig,
+        dict(head_dim=16, query_pre_attn_scalar=20, sliding_window=24,
+             layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+             rope_parameters={"full_attention": dict(rope_type="linear", factor=2.0, rope_theta=1e6),
+                              "sliding_attention": dict(rope_type="default", rope_theta=1e4)}),
+    ),
 }
 
 
@@ -139,3 +180,77 @@ def test_unknown_architecture_is_a_clear_error(tmp_path):
                          text=True, timeout=60)
     assert res.returncode != 0
     assert "GPT2LMHeadModel" in res.stderr and "unsupported" in res.stderr.lower()
+
+
+NEW_ARCHITECTURES = sorted(c for c in CASES if c.startswith(("qwen3", "phi3", "gemma")))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", NEW_ARCHITECTURES)
+def test_half_precision_checkpoints_of_new_architectures(tmp_path, case, dtype):
+    """A bf16 / fp16 save of each new architecture loads (converted exactly to
+    fp32) and matches transformers running the same rounded weights in fp32."""
+    config_cls, overrides = CASES[case]
+    model = make_checkpoint(tmp_path, config_cls, overrides, seed=100 + sorted(CASES).index(case))
+    model.to(getattr(torch, dtype)).save_pretrained(tmp_path, safe_serialization=True)
+    with open(tmp_path / "config.json") as f:
+        assert json.load(f)["dtype"] == dtype
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, dtype=torch.float32, attn_implementation="eager").eval()
+    prompt = [int(t) for t in np.random.default_rng(1).integers(3, COMMON["vocab_size"], 48)]
+    ref_logits, ref_greedy = hf_reference(model, prompt)
+    logits, greedy = run_driver(tmp_path, prompt, 48, 16)
+    err = np.abs(logits - ref_logits).max(axis=1) / np.abs(ref_logits).max(axis=1)
+    print(f"{case} {dtype}: max relative error {err.max():.2e}")
+    assert err.max() < REL_TOL, f"{case} {dtype}: max relative error {err.max():.3g}"
+    assert greedy == ref_greedy
+
+
+def prompt_logits_served(model_dir, prompt, max_model_len):
+    """kvserve's prompt logits with the model loaded for `max_model_len`."""
+    req = dict(prompt=prompt, greedy_tokens=0, block_size=16, max_model_len=max_model_len)
+    res = subprocess.run([DRIVER, str(model_dir)], input=json.dumps(req), capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return np.array(json.loads(res.stdout)["prompt_logits"], dtype=np.float64)
+
+
+def test_longrope_factors_follow_the_served_length(tmp_path):
+    """kvserve picks longrope's factors by the served maximum length (docs/engine.md):
+    short when it is <= original_max_position_embeddings, as transformers does for
+    a short sequence, long otherwise, which is transformers with its long factors
+    forced on the same short sequence."""
+    overrides = dict(max_position_embeddings=8192, original_max_position_embeddings=4096,
+                     pad_token_id=0, partial_rotary_factor=0.75,
+                     rope_scaling=dict(rope_type="longrope",
+                                       short_factor=[1.0, 1.1, 1.3, 1.8, 2.4, 3.0],
+                                       long_factor=[1.2, 1.9, 3.5, 6.0, 11.0, 20.0]))
+    model = make_checkpoint(tmp_path, transformers.Phi3Config, overrides, seed=31)
+    prompt = [int(t) for t in np.random.default_rng(2).integers(3, COMMON["vocab_size"], 40)]
+    short_ref, _ = hf_reference(model, prompt)
+    rotary = model.model.rotary_emb
+    long_inv_freq, _ = transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS["longrope"](
+        model.config, seq_len=4097)
+    rotary.original_inv_freq = long_inv_freq  # what transformers uses up to 4096 tokens
+    long_ref, _ = hf_reference(model, prompt)
+
+    def rel_err(logits, ref):
+        return (np.abs(logits - ref).max(axis=1) / np.abs(ref).max(axis=1)).max()
+
+    assert rel_err(long_ref, short_ref) > 100 * REL_TOL  # the two choices really differ
+    for served, ref in ((4096, short_ref), (96, short_ref), (4097, long_ref), (0, long_ref)):
+        err = rel_err(prompt_logits_served(tmp_path, prompt, served), ref)
+        print(f"served {served}: max relative error {err:.2e}")
+        assert err < REL_TOL, f"served length {served}: max relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("arch", ["Phi3SmallForCausalLM", "Gemma3ForConditionalGeneration"])
+def test_unsupported_variants_of_new_families_are_clear_errors(tmp_path, arch):
+    """Near relatives of the new families name themselves in the error."""
+    config = dict(architectures=[arch], vocab_size=100, hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=64)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    res = subprocess.run([DRIVER, str(tmp_path)], input='{"prompt": [1, 2]}', capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode != 0
+    assert arch in res.stderr and "unsupported" in res.stderr.lower()

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/model.h"
@@ -18,13 +20,27 @@
 
 namespace kvserve::engine::testing {
 
-inline const Model& TinyModel() {
-  static const Model* model = [] {
-    auto m = LoadModel("builtin:tiny");
+// builtin:NAME, loaded once per process (engine tests only use them read-only).
+inline const Model& BuiltinModel(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Model>>* models =
+      new std::map<std::string, std::unique_ptr<Model>>();
+  std::unique_ptr<Model>& model = (*models)[name];
+  if (model == nullptr) {
+    auto m = LoadModel("builtin:" + name);
     EXPECT_TRUE(m.ok()) << m.status();
-    return m->release();
-  }();
+    if (m.ok()) model = std::move(*m);
+  }
   return *model;
+}
+
+inline const Model& TinyModel() { return BuiltinModel("tiny"); }
+
+// builtin:tiny and one tiny model of each family beyond Llama (every
+// optional feature of the runner: builtin_models.h).
+inline const std::vector<std::string>& TinyModelsOfEveryFamily() {
+  static const std::vector<std::string> names = {"tiny", "tiny-qwen3", "tiny-phi3", "tiny-gemma2",
+                                                 "tiny-gemma3"};
+  return names;
 }
 
 // One sequence's state as a scheduler would keep it.

@@ -1,17 +1,22 @@
 // The engine's exactness contract (docs/architecture.md, batch invariance), checked bit
-// for bit through ModelRunner::Step on builtin:tiny (GQA, 2 layers), with
-// shuffled block tables and NaN in every slot a sequence does not own.
+// for bit through ModelRunner::Step on builtin:tiny (GQA, 2 layers) and the
+// tiny model of every other family (q/k norms, partial rotary + longrope,
+// soft-capping, sliding windows of 24 / 40 that the sequences cross,
+// alternating sliding/global layers), with shuffled block tables and NaN in
+// every slot a sequence does not own.
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "tests/unit/engine/engine_test_util.h"
 
 namespace kvserve::engine::testing {
 namespace {
 
-class RunnerInvarianceTest : public ::testing::TestWithParam<int64_t> {
+class RunnerInvarianceTest : public ::testing::TestWithParam<std::tuple<std::string, int64_t>> {
  protected:
-  int64_t block_size() const { return GetParam(); }
-  const Model& model() const { return TinyModel(); }
+  int64_t block_size() const { return std::get<1>(GetParam()); }
+  const Model& model() const { return BuiltinModel(std::get<0>(GetParam())); }
   int vocab() const { return static_cast<int>(model().config.vocab_size); }
 };
 
@@ -149,8 +154,14 @@ TEST_P(RunnerInvarianceTest, NonContiguousPoisonedBlocksChangeNothing) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(BitEqual(a[i], b[i])) << "token " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(BlockSizes, RunnerInvarianceTest, ::testing::Values(1, 8, 16),
-                         [](const auto& info) { return "block" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(ModelsAndBlockSizes, RunnerInvarianceTest,
+                         ::testing::Combine(::testing::ValuesIn(TinyModelsOfEveryFamily()),
+                                            ::testing::Values(1, 8, 16)),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param);
+                           for (char& ch : name) ch = ch == '-' ? '_' : ch;
+                           return name + "_block" + std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace kvserve::engine::testing

@@ -26,13 +26,16 @@ struct Config {
   int head_dim = 64;
   int block_size = 16;
   int sliding_window = 0;
+  float softcap = 0.0f;  // 0: none (Gemma 2 attn_logit_softcapping)
+  double scale = 0.0;    // 0: 1 / sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
   std::vector<int> lens;
 };
 
 std::string Describe(const Config& c) {
   std::string s = "heads=" + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
                   " dim=" + std::to_string(c.head_dim) + " bs=" + std::to_string(c.block_size) +
-                  " window=" + std::to_string(c.sliding_window) + " lens=";
+                  " window=" + std::to_string(c.sliding_window) +
+                  " softcap=" + std::to_string(c.softcap) + " lens=";
   for (int l : c.lens) s += std::to_string(l) + ",";
   return s;
 }
@@ -129,8 +132,10 @@ class World {
     p.token_pos = pos.data();
     p.block_table_start = table_start_.data();
     p.block_ids = block_ids_.data();
-    p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+    p.scale = cfg_.scale > 0.0 ? static_cast<float>(cfg_.scale)
+                               : 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
     p.sliding_window = cfg_.sliding_window;
+    p.softcap = cfg_.softcap;
     PagedAttention(p, pool);
     return out;
   }
@@ -140,7 +145,7 @@ class World {
     const int64_t dim = cfg_.head_dim;
     const int64_t kvh = head / (cfg_.num_heads / cfg_.num_kv_heads);
     const int lo = cfg_.sliding_window > 0 ? std::max(0, pos - cfg_.sliding_window + 1) : 0;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+    const double scale = cfg_.scale > 0.0 ? cfg_.scale : 1.0 / std::sqrt(static_cast<double>(dim));
     std::vector<double> scores;
     double mx = -1e300;
     for (int j = lo; j <= pos; ++j) {
@@ -149,8 +154,10 @@ class World {
         dot += static_cast<double>(q_[s][pos * q_row() + head * dim + d]) *
                k_[s][j * kv_row() + kvh * dim + d];
       }
-      scores.push_back(dot * scale);
-      mx = std::max(mx, dot * scale);
+      double score = dot * scale;
+      if (cfg_.softcap > 0.0f) score = cfg_.softcap * std::tanh(score / cfg_.softcap);
+      scores.push_back(score);
+      mx = std::max(mx, score);
     }
     double sum = 0;
     for (double& x : scores) sum += (x = std::exp(x - mx));
@@ -328,6 +335,21 @@ TEST(PagedAttentionTest, SlidingWindow) {
     cfg.sliding_window = window;
     cfg.lens = {54, 97};
     CheckConfig(cfg, 17 + window);
+  }
+}
+
+// Gemma 2: soft-capped scores with a non-default scale, with and without a
+// window. A small cap (2) changes the softmax far beyond the tolerance.
+TEST(PagedAttentionTest, SoftcapAndScale) {
+  for (int window : {0, 24}) {
+    Config cfg;
+    cfg.block_size = 8;
+    cfg.head_dim = 24;
+    cfg.sliding_window = window;
+    cfg.softcap = 2.0f;
+    cfg.scale = 0.35;  // large scores, so the cap bites
+    cfg.lens = {54, 97, 5};
+    CheckConfig(cfg, 23 + window);
   }
 }
 

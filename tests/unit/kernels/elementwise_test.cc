@@ -160,6 +160,121 @@ TEST(SiluMulTest, MatchesReferenceIncludingLargeInputs) {
   }
 }
 
+TEST(HeadRmsNormTest, NormsEachHeadInPlaceAndLeavesTheRestAlone) {
+  ThreadPool two(2);
+  for (CpuIsa isa : AvailableIsas()) {
+    ScopedIsaOverride force(isa);
+    for (int64_t head_dim : {8, 20, 128}) {
+      const int64_t tokens = 17, heads = 3, stride = 5 * head_dim + 3;  // q heads inside a qkv row
+      const float eps = 1e-6f;
+      std::vector<float> x = Random(tokens * stride, 31, -4.0f, 4.0f), w = Random(head_dim, 32);
+      const std::vector<float> orig = x;
+      HeadRmsNorm(x.data(), stride, tokens, heads, w.data(), head_dim, eps, &two);
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const float* in = orig.data() + t * stride + h * head_dim;
+          double ss = 0;
+          for (int64_t d = 0; d < head_dim; ++d) ss += static_cast<double>(in[d]) * in[d];
+          const double inv = 1.0 / std::sqrt(ss / head_dim + eps);
+          for (int64_t d = 0; d < head_dim; ++d) {
+            const double ref = in[d] * inv * w[d];
+            ASSERT_NEAR(x[t * stride + h * head_dim + d], ref, 2e-6 * (1 + std::fabs(ref)))
+                << IsaName(isa) << " head_dim " << head_dim;
+          }
+        }
+        for (int64_t j = heads * head_dim; j < stride; ++j) {
+          ASSERT_EQ(x[t * stride + j], orig[t * stride + j]);  // k, v untouched
+        }
+      }
+      // Same bits as RmsNorm of the head alone (one row, no pool).
+      std::vector<float> alone(head_dim);
+      RmsNorm(orig.data() + 4 * stride + head_dim, w.data(), alone.data(), 1, head_dim, eps,
+              nullptr);
+      EXPECT_EQ(alone, std::vector<float>(x.begin() + 4 * stride + head_dim,
+                                          x.begin() + 4 * stride + 2 * head_dim));
+    }
+  }
+}
+
+TEST(ApplyRopeTest, PartialRotaryRotatesOnlyTheFirstRotaryDims) {
+  const int tokens = 9, heads = 2, kv_heads = 1, head_dim = 16, rotary_dim = 12;
+  const int64_t stride = (heads + kv_heads) * head_dim;
+  std::vector<float> qk = Random(tokens * stride, 33);
+  const std::vector<float> orig = qk;
+  std::vector<int32_t> pos(tokens);
+  for (int t = 0; t < tokens; ++t) pos[t] = 3 * t + 1;
+  std::vector<float> inv_freq = InvFreq(rotary_dim, 10000.0f);
+  RopeParams p;
+  p.q = qk.data();
+  p.k = qk.data() + heads * head_dim;
+  p.q_stride = p.k_stride = stride;
+  p.positions = pos.data();
+  p.inv_freq = inv_freq.data();
+  p.attention_scaling = 1.2f;
+  p.num_tokens = tokens;
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.rotary_dim = rotary_dim;
+  ApplyRope(p, nullptr);
+  const int half = rotary_dim / 2;
+  for (int t = 0; t < tokens; ++t) {
+    for (int h = 0; h < heads + kv_heads; ++h) {
+      const int64_t base = t * stride + h * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(pos[t]) * inv_freq[i];
+        const double c = std::cos(static_cast<double>(angle)) * 1.2;
+        const double s = std::sin(static_cast<double>(angle)) * 1.2;
+        const double a = orig[base + i], b = orig[base + i + half];
+        ASSERT_NEAR(qk[base + i], a * c - b * s, 3e-6);
+        ASSERT_NEAR(qk[base + i + half], b * c + a * s, 3e-6);
+      }
+      for (int i = rotary_dim; i < head_dim; ++i) ASSERT_EQ(qk[base + i], orig[base + i]);
+    }
+  }
+}
+
+TEST(GeluTanhMulTest, MatchesReference) {
+  ThreadPool pool(2);
+  for (int64_t inter : kDims) {
+    const int64_t rows = 5;
+    std::vector<float> gu = Random(rows * 2 * inter, 34, -8.0f, 8.0f);
+    gu[0] = 50.0f;                  // tanh saturates at +1
+    if (inter > 1) gu[1] = -50.0f;  // and at -1
+    std::vector<float> out(rows * inter);
+    GeluTanhMul(gu.data(), out.data(), rows, inter, &pool);
+    const double beta = std::sqrt(2.0 / M_PI);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < inter; ++i) {
+        const double g = gu[r * 2 * inter + i], u = gu[r * 2 * inter + inter + i];
+        const double ref = 0.5 * g * (1.0 + std::tanh(beta * (g + 0.044715 * g * g * g))) * u;
+        ASSERT_NEAR(out[r * inter + i], ref, 2e-6 * (1 + std::fabs(ref))) << " g=" << g;
+      }
+    }
+    std::vector<float> single(inter);
+    GeluTanhMul(gu.data() + 6 * inter, single.data(), 1, inter, nullptr);
+    EXPECT_EQ(single, std::vector<float>(out.begin() + 3 * inter, out.begin() + 4 * inter));
+  }
+}
+
+TEST(SoftCapTest, MatchesReferenceAndBoundsValues) {
+  std::vector<float> x = Random(1000, 35, -200.0f, 200.0f);
+  const std::vector<float> orig = x;
+  SoftCap(x.data(), static_cast<int64_t>(x.size()), 30.0f);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double ref = 30.0 * std::tanh(orig[i] / 30.0);
+    ASSERT_NEAR(x[i], ref, 2e-6 * (1 + std::fabs(ref)));
+    ASSERT_LE(std::fabs(x[i]), 30.0f);
+  }
+}
+
+TEST(ScaleTest, MultipliesEveryElement) {
+  std::vector<float> x = Random(37, 36);
+  const std::vector<float> orig = x;
+  Scale(x.data(), 37, 8.0f);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], orig[i] * 8.0f);
+}
+
 TEST(EmbeddingLookupTest, CopiesRows) {
   const int64_t dim = 7, vocab = 11;
   std::vector<float> table = Random(vocab * dim, 8);

@@ -368,7 +368,8 @@ TEST(ModelConfigTest, UnsupportedArchitecture) {
   json["model_type"] = "gpt2";
   EXPECT_EQ(ParseError(json),
             "config.json: unsupported architecture \"GPT2LMHeadModel\" (supported: "
-            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
+            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+            "Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)");
   json.erase("architectures");
   EXPECT_THAT(ParseError(json), HasSubstr("unsupported model_type \"gpt2\""));
   json["model_type"] = "llama";

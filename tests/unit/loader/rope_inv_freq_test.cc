@@ -171,5 +171,52 @@ TEST(RopeInvFreqTest, LinearIsDefaultDividedByFactor) {
   EXPECT_EQ(plain[0], 1.0f);
 }
 
+// Phi-3 longrope with partial rotary (head_dim 16 * 0.75 = 12), from
+//   cfg = Phi3Config(hidden_size=96, num_attention_heads=6, max_position_embeddings=8192,
+//                    original_max_position_embeddings=4096, partial_rotary_factor=0.75,
+//                    rope_scaling=dict(type="longrope", short_factor=kShort, long_factor=kLong))
+//   ROPE_INIT_FUNCTIONS["longrope"](cfg)                 # short factors, 1.0408329997330663
+//   ROPE_INIT_FUNCTIONS["longrope"](cfg, seq_len=4097)   # long factors
+constexpr float kLongRopeShort[] = {0x1.0000000000000p+0f,  0x1.911dd60000000p-3f,
+                                    0x1.247dd20000000p-5f,  0x1.6c16c20000000p-8f,
+                                    0x1.d6a4b20000000p-11f, 0x1.44787c0000000p-13f};
+constexpr float kLongRopeLong[] = {0x1.aaaaaa0000000p-1f,  0x1.d073640000000p-4f,
+                                   0x1.b28f080000000p-7f,  0x1.b4e81c0000000p-10f,
+                                   0x1.9abe480000000p-13f, 0x1.855d600000000p-16f};
+
+ModelConfig Phi3LongRope() {
+  ModelConfig c = RopeConfig(16, 10000.0);
+  c.model_type = "phi3";
+  c.max_position_embeddings = 8192;
+  c.partial_rotary_factor = 0.75;
+  c.rope_scaling.type = RopeScaling::Type::kLongRope;
+  c.rope_scaling.original_max_position_embeddings = 4096;
+  c.rope_scaling.short_factor = {1.0, 1.1, 1.3, 1.8, 2.4, 3.0};
+  c.rope_scaling.long_factor = {1.2, 1.9, 3.5, 6.0, 11.0, 20.0};
+  c.rope_scaling.attention_factor = 1.0408329997330663;
+  return c;
+}
+
+TEST(RopeInvFreqTest, LongRopePicksFactorsByServedLength) {
+  const ModelConfig c = Phi3LongRope();
+  EXPECT_EQ(c.RotaryDim(), 12);
+  // Served length <= original_max_position_embeddings: short factors.
+  EXPECT_LE(ExpectNear(ComputeRopeInvFreq(c, 4096), kLongRopeShort, 1), 1);
+  EXPECT_LE(ExpectNear(ComputeRopeInvFreq(c, 96), kLongRopeShort, 1), 1);
+  // Longer (and the default, max_position_embeddings = 8192): long factors.
+  EXPECT_LE(ExpectNear(ComputeRopeInvFreq(c, 4097), kLongRopeLong, 1), 1);
+  EXPECT_LE(ExpectNear(ComputeRopeInvFreq(c), kLongRopeLong, 1), 1);
+  EXPECT_EQ(RopeAttentionScaling(c), static_cast<float>(1.0408329997330663));
+  EXPECT_EQ(RopeAttentionScaling(RopeConfig(16, 10000.0)), 1.0f);
+}
+
+TEST(RopeInvFreqTest, LocalRopeIsDefaultRopeWithTheLocalTheta) {
+  ModelConfig c = RopeConfig(64, 1e6);
+  EXPECT_TRUE(ComputeLocalRopeInvFreq(c).empty());
+  c.local_rope_theta = 10000.0;
+  c.rope_scaling = {.type = RopeScaling::Type::kLinear, .factor = 8.0};  // global layers only
+  EXPECT_LE(ExpectNear(ComputeLocalRopeInvFreq(c), kDefaultHd64Theta1e4, 1), 1);
+}
+
 }  // namespace
 }  // namespace kvserve::engine

@@ -1,4 +1,5 @@
-// Through the real CPU engine (builtin:tiny), greedy and seeded sampling
+// Through the real CPU engine (builtin:tiny and the tiny model of each other
+// family: tiny-qwen3, tiny-phi3, tiny-gemma2, tiny-gemma3), greedy and seeded sampling
 // (temperature 0.8, top-p 0.9): every request's token stream is
 // bit-identical whether it runs
 //   (a) alone (the reference: one request at a time, no prefix cache),
@@ -11,6 +12,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -72,8 +74,9 @@ struct RunResult {
 };
 
 // Runs jobs concurrently: job i is submitted before step arrival_step.
-RunResult RunConcurrent(const EngineConfig& config, const std::vector<Job>& jobs) {
-  auto core = EngineCore::ForModel(engine::testing::TinyModel(), config);
+RunResult RunConcurrent(const engine::Model& model, const EngineConfig& config,
+                        const std::vector<Job>& jobs) {
+  auto core = EngineCore::ForModel(model, config);
   Collector collector;
   size_t submitted = 0;
   std::vector<size_t> order(jobs.size());
@@ -98,8 +101,9 @@ RunResult RunConcurrent(const EngineConfig& config, const std::vector<Job>& jobs
 }
 
 // Runs jobs one after another in one core.
-RunResult RunSequential(const EngineConfig& config, const std::vector<Job>& jobs) {
-  auto core = EngineCore::ForModel(engine::testing::TinyModel(), config);
+RunResult RunSequential(const engine::Model& model, const EngineConfig& config,
+                        const std::vector<Job>& jobs) {
+  auto core = EngineCore::ForModel(model, config);
   Collector collector;
   for (size_t i = 0; i < jobs.size(); ++i) {
     EXPECT_TRUE(core->AddRequest(static_cast<RequestId>(i), jobs[i].params,
@@ -122,11 +126,11 @@ void ExpectSameTokens(const RunResult& ref, const RunResult& got, const char* wh
   }
 }
 
-void CheckInvariance(bool seeded) {
+void CheckInvariance(const engine::Model& model, bool seeded) {
   const std::vector<Job> jobs = MakeJobs(seeded, seeded ? 11 : 12);
 
   // (a) alone: one at a time, no prefix cache, a large budget.
-  const RunResult alone = RunSequential(Config(256, 16, 2048, false), jobs);
+  const RunResult alone = RunSequential(model, Config(256, 16, 2048, false), jobs);
   int64_t total_tokens = 0;
   std::set<std::vector<int32_t>> distinct;
   for (const auto& [id, r] : alone.results) {
@@ -138,12 +142,12 @@ void CheckInvariance(bool seeded) {
   EXPECT_GT(distinct.size(), 10u);  // the streams differ from one another
 
   // (b) 30 concurrent requests arriving at random steps.
-  const RunResult concurrent = RunConcurrent(Config(256, 16, 2048, true), jobs);
+  const RunResult concurrent = RunConcurrent(model, Config(256, 16, 2048, true), jobs);
   ExpectSameTokens(alone, concurrent, "concurrent");
 
   // (c) prefixes from the cache: one after another with the cache on, so
   // every request sharing a prefix with an earlier one hits.
-  const RunResult cached = RunSequential(Config(256, 16, 2048, true), jobs);
+  const RunResult cached = RunSequential(model, Config(256, 16, 2048, true), jobs);
   ExpectSameTokens(alone, cached, "prefix-cached");
   int hits = 0;
   for (size_t i = 4; i < jobs.size(); ++i) {  // 1, 2, 3 are each prefix's first
@@ -160,29 +164,43 @@ void CheckInvariance(bool seeded) {
   // small block size too.
   std::vector<Job> at_once = jobs;
   for (Job& j : at_once) j.arrival_step = 0;
-  const RunResult small_pool = RunConcurrent(Config(10, 16, 2048, true), at_once);
+  const RunResult small_pool = RunConcurrent(model, Config(10, 16, 2048, true), at_once);
   ExpectSameTokens(alone, small_pool, "small pool");
   EXPECT_GT(small_pool.stats.num_preemptions, 0);
-  const RunResult small_blocks = RunConcurrent(Config(40, 4, 64, true), jobs);
+  const RunResult small_blocks = RunConcurrent(model, Config(40, 4, 64, true), jobs);
   ExpectSameTokens(alone, small_blocks, "small pool, block size 4");
   EXPECT_GT(small_blocks.stats.num_preemptions, 0);
 
   // (e) token budgets.
   for (int32_t budget : {16, 64, 2048}) {
-    const RunResult r = RunConcurrent(Config(256, 16, budget, true), jobs);
+    const RunResult r = RunConcurrent(model, Config(256, 16, budget, true), jobs);
     ExpectSameTokens(alone, r,
                      budget == 16   ? "budget 16"
                      : budget == 64 ? "budget 64"
                                     : "budget 2048");
   }
-  std::printf("%s: %lld tokens; preemptions: %lld (pool 9x16), %lld (pool 39x4)\n",
-              seeded ? "seeded" : "greedy", static_cast<long long>(total_tokens),
+  std::printf("%s %s: %lld tokens; preemptions: %lld (pool 9x16), %lld (pool 39x4)\n",
+              model.name.c_str(), seeded ? "seeded" : "greedy",
+              static_cast<long long>(total_tokens),
               static_cast<long long>(small_pool.stats.num_preemptions),
               static_cast<long long>(small_blocks.stats.num_preemptions));
 }
 
-TEST(EngineInvarianceTest, GreedyStreamsAreBitIdentical) { CheckInvariance(false); }
-TEST(EngineInvarianceTest, SeededStreamsAreBitIdentical) { CheckInvariance(true); }
+class EngineInvarianceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  const engine::Model& model() const { return engine::testing::BuiltinModel(GetParam()); }
+};
+
+TEST_P(EngineInvarianceTest, GreedyStreamsAreBitIdentical) { CheckInvariance(model(), false); }
+TEST_P(EngineInvarianceTest, SeededStreamsAreBitIdentical) { CheckInvariance(model(), true); }
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineInvarianceTest,
+                         ::testing::ValuesIn(engine::testing::TinyModelsOfEveryFamily()),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& ch : name) ch = ch == '-' ? '_' : ch;
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace kvserve::scheduler
