@@ -67,8 +67,12 @@ struct HfBpeSpec {
 // malformed field but not the file (the caller adds it).
 absl::StatusOr<HfBpeSpec> ParseHfBpeSpec(const std::string& json_text);
 
-// Applies bos_token / eos_token of a tokenizer_config.json document.
-absl::Status ApplyTokenizerConfig(const std::string& json_text, HfBpeSpec* spec);
+// Applies a tokenizer_config.json document the way transformers 5.23's
+// AutoTokenizer does: bos_token / eos_token, add_bos_token / add_eos_token,
+// and the LlamaTokenizer class rules of auto_tokenizer_rules.h.
+// `model_type`: config.json's, or empty.
+absl::Status ApplyTokenizerConfig(const std::string& json_text, const std::string& model_type,
+                                  HfBpeSpec* spec);
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeHfBpeTokenizer(HfBpeSpec spec);
 

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/auto_tokenizer_rules.h"
 #include "engine/tokenizer/hf_bpe_tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -466,20 +467,40 @@ absl::StatusOr<HfBpeSpec> ParseHfBpeSpec(const std::string& json_text) {
   return spec;
 }
 
-absl::Status ApplyTokenizerConfig(const std::string& json_text, HfBpeSpec* spec) {
+absl::Status ApplyTokenizerConfig(const std::string& json_text, const std::string& model_type,
+                                  HfBpeSpec* spec) {
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("not a valid JSON object");
   }
   try {
+    const json tokenizer_class = Field(j, "tokenizer_class");
+    if (tokenizer_class.is_string() &&
+        UsesLlamaTokenizerClass(tokenizer_class.get<std::string>(), model_type,
+                                spec->byte_level)) {
+      const json prefix_space = Field(j, "add_prefix_space");
+      ApplyLlamaTokenizerClass(BoolOr(j, "legacy", false),
+                               prefix_space.is_boolean() ? prefix_space.get<bool>() : true, spec);
+    }
     // The config names the tokens the model was trained to start and stop
     // with; it wins over what the post-processor suggests. Names that are
     // not tokens are ignored.
+    std::optional<int32_t> bos, eos;
     if (auto name = TokenName(Field(j, "bos_token")); name.has_value()) {
-      if (auto id = FindTokenId(*spec, *name); id.has_value()) spec->bos = id;
+      bos = FindTokenId(*spec, *name);
+      if (bos.has_value()) spec->bos = bos;
     }
     if (auto name = TokenName(Field(j, "eos_token")); name.has_value()) {
-      if (auto id = FindTokenId(*spec, *name); id.has_value()) spec->eos = id;
+      eos = FindTokenId(*spec, *name);
+      if (eos.has_value()) spec->eos = eos;
+    }
+    // Either flag present: transformers rebuilds the post-processor as
+    // "[bos] $A [eos]" (TokenizersBackend.update_post_processor).
+    if (j.contains("add_bos_token") || j.contains("add_eos_token")) {
+      spec->prefix_ids.clear();
+      spec->suffix_ids.clear();
+      if (BoolOr(j, "add_bos_token", false) && bos.has_value()) spec->prefix_ids.push_back(*bos);
+      if (BoolOr(j, "add_eos_token", false) && eos.has_value()) spec->suffix_ids.push_back(*eos);
     }
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed tokenizer_config.json: ", e.what()));

@@ -536,3 +536,31 @@ def test_gemma_converted_by_transformers(workdir):
     assert spec["normalizer"]["type"] == "Replace" and spec["model"]["byte_fallback"]
     from transformers import AutoTokenizer
     check_sp_layout(directory, AutoTokenizer.from_pretrained(str(directory)))
+
+
+@pytest.mark.parametrize("legacy", [None, True])
+def test_llama2_hub_layout(workdir, legacy):
+    """Llama 2 / TinyLlama on the Hub: Prepend + Replace tokenizer.json,
+    tokenizer_class LlamaTokenizer, model_type llama. AutoTokenizer 5.23
+    encodes with its LlamaTokenizer class pipeline (Metaspace, "first" unless
+    legacy), not the file's normalizer; kvserve follows it."""
+    directory = workdir / f"llama2_hub_{legacy}"
+    train_sp_bpe(directory)
+    convert_with_transformers(directory, "LlamaTokenizer")
+    write_legacy_llama_json(directory)
+    config = json.load(open(directory / "tokenizer_config.json"))
+    config.update(add_bos_token=True, add_eos_token=False)
+    config.pop("legacy", None)
+    if legacy is not None:
+        config["legacy"] = legacy
+    with open(directory / "tokenizer_config.json", "w") as f:
+        json.dump(config, f)
+    with open(directory / "config.json", "w") as f:
+        json.dump({"model_type": "llama"}, f)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(directory))
+    assert tok.backend_tokenizer.normalizer is None  # the class pipeline, not the file's
+    # The two pipelines differ on a leading space: the test can tell them apart.
+    file_tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    assert file_tok.encode(" Hello").ids != tok.encode(" Hello")
+    check_sp_layout(directory, tok)
