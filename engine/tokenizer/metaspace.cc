@@ -6,6 +6,7 @@ namespace kvserve::engine {
 
 void MetaspacePreTokenize(const MetaspaceOptions& options, std::string_view text,
                           bool at_input_start, std::vector<std::string>* out) {
+  if (text.empty()) return;  // an empty piece gets no replacement either
   const std::string_view rep = options.replacement;
   std::string s = ReplaceAll(text, " ", rep);
   const bool prepend = options.prepend == MetaspaceOptions::Prepend::kAlways ||
