@@ -564,3 +564,21 @@ def test_llama2_hub_layout(workdir, legacy):
     file_tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
     assert file_tok.encode(" Hello").ids != tok.encode(" Hello")
     check_sp_layout(directory, tok)
+
+
+def test_qwen3_layout_through_auto_tokenizer(workdir):
+    """Qwen3: byte-level BPE as Qwen2, written by transformers' Qwen2Tokenizer
+    (the class AutoTokenizer picks for model_type qwen3), checked against
+    AutoTokenizer itself."""
+    import transformers
+    directory = workdir / "qwen3"
+    build_qwen2(directory)
+    tok = transformers.Qwen2Tokenizer.from_pretrained(str(directory), eos_token="<|im_end|>")
+    tok.save_pretrained(str(directory))
+    with open(directory / "config.json", "w") as f:
+        json.dump({"model_type": "qwen3"}, f)
+    auto = transformers.AutoTokenizer.from_pretrained(str(directory))
+    assert type(auto).__name__ == "Qwen2Tokenizer"
+    out = check(AutoOracle(auto), directory, random_id_lists(len(auto), seed=12))
+    assert out["eos"] == auto.convert_tokens_to_ids("<|im_end|>")
+    assert out["bos"] is None
