@@ -582,3 +582,19 @@ def test_qwen3_layout_through_auto_tokenizer(workdir):
     out = check(AutoOracle(auto), directory, random_id_lists(len(auto), seed=12))
     assert out["eos"] == auto.convert_tokens_to_ids("<|im_end|>")
     assert out["bos"] is None
+
+
+def test_unusable_tokenizer_json_is_not_skipped(workdir):
+    """tokenizer.json wins even when kvserve cannot use it: the error names
+    the file and the field, and tokenizer.model beside it is not tried."""
+    directory = workdir / "no_fallback"
+    train_sp_bpe(directory)
+    convert_with_transformers(directory, "LlamaTokenizer")
+    spec = json.load(open(directory / "tokenizer.json", encoding="utf-8"))
+    spec["pre_tokenizer"]["prepend_scheme"] = "sometimes"
+    path = write_json(directory, spec)
+    assert "error" not in run_driver(directory / "tokenizer.model", ["hi"], [])
+    out = run_driver(directory, ["hi"], [])
+    assert "error" in out
+    for word in [path, "pre_tokenizer", "prepend_scheme", "sometimes"]:
+        assert word in out["error"], out["error"]

@@ -109,7 +109,7 @@ class SpJsonTest : public ::testing::Test {
 
   // vocab: <unk> 0, <s> 1, </s> 2, <0x00>..<0xFF> 3..258, then the pieces.
   std::string Json(const std::string& normalizer, const std::string& pre_tokenizer,
-                   const std::string& decoder) const {
+                   const std::string& decoder, bool byte_fallback = true) const {
     std::string vocab = R"("<unk>": 0, "<s>": 1, "</s>": 2)";
     char name[16];
     for (int b = 0; b < 256; ++b) {
@@ -117,8 +117,9 @@ class SpJsonTest : public ::testing::Test {
       vocab += std::string(", \"") + name + "\": " + std::to_string(3 + b);
     }
     vocab += Meta(R"(, "~": 259, "a": 260, "b": 261, "~a": 262, "~b": 263)");
-    return std::string(R"({"model": {"type": "BPE", "byte_fallback": true, "fuse_unk": true,
-      "unk_token": "<unk>", "vocab": {)") +
+    return std::string(R"({"model": {"type": "BPE", "byte_fallback": )") +
+           (byte_fallback ? "true" : "false") + R"(, "fuse_unk": true,
+      "unk_token": "<unk>", "vocab": {)" +
            vocab + Meta(R"(}, "merges": ["~ a", "~ b"]},
       "added_tokens": [{"id": 1, "content": "<s>", "special": true, "normalized": false},
                        {"id": 2, "content": "</s>", "special": true, "normalized": false}],
@@ -229,6 +230,18 @@ TEST_F(SpJsonTest, MetaspaceDecoderDropsReplacementsOfTokenZero) {
   EXPECT_EQ(t->Decode(std::vector<int32_t>{1, 262, 263}, false), "<s> a b");
   // Without ByteFallback, byte tokens are plain text.
   EXPECT_EQ(t->Decode(std::vector<int32_t>{260, Byte(0x41)}, false), "a<0x41>");
+}
+
+TEST_F(SpJsonTest, WithoutByteFallbackUnknownCharactersFuseIntoOneUnk) {
+  auto t = Load(Json(Meta(kLegacyNormalizer), "null",
+                     Meta(R"({"type": "Sequence", "decoders": [
+                         {"type": "Replace", "pattern": {"String": "~"}, "content": " "},
+                         {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1}]})"),
+                     /*byte_fallback=*/false));
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(*t->Encode("a日本b", false), (std::vector<int32_t>{262, 0, 261}));
+  // Without ByteFallback in the decoder, <0xNN> tokens are text.
+  EXPECT_EQ(t->Decode(std::vector<int32_t>{262, Byte(0x41)}, false), "a<0x41>");
 }
 
 TEST_F(SpJsonTest, UnsupportedFieldsAreNamed) {
