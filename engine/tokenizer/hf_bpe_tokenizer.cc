@@ -226,8 +226,8 @@ class HfBpeTokenizer final : public Tokenizer {
 
   HfBpeSpec spec_;  // vocab moved out into model_
   std::unique_ptr<BpeModel> model_;
-  AddedTokenMatcher raw_matcher_;         // added tokens with normalized == false
-  AddedTokenMatcher normalized_matcher_;  // the others, patterns normalized
+  AddedTokenMatcher raw_matcher_;               // added tokens with normalized == false
+  AddedTokenMatcher normalized_matcher_;        // the others, patterns normalized
   std::vector<std::string> token_bytes_;        // by id; size is vocab_size()
   std::vector<std::string> token_first_bytes_;  // the same, as the first token decoded
   std::vector<bool> special_;                   // by id

@@ -25,8 +25,8 @@ namespace kvserve::engine {
 struct HfDecoderSpec {
   struct Step {
     bool metaspace = false;
-    std::string pattern;  // Replace: the literal; Metaspace: the replacement
-    std::string content;  // Replace: what it becomes
+    std::string pattern;               // Replace: the literal; Metaspace: the replacement
+    std::string content;               // Replace: what it becomes
     bool metaspace_drop_first = true;  // Metaspace: prepend_scheme != never
   };
   std::vector<Step> per_token;

@@ -19,8 +19,7 @@ void MetaspacePreTokenize(const MetaspaceOptions& options, std::string_view text
   }
   // MergedWithNext: each occurrence starts a new piece.
   size_t start = 0;
-  for (size_t pos = s.find(rep, 1); pos != std::string::npos;
-       pos = s.find(rep, pos + rep.size())) {
+  for (size_t pos = s.find(rep, 1); pos != std::string::npos; pos = s.find(rep, pos + rep.size())) {
     if (pos > start) out->push_back(s.substr(start, pos - start));
     start = pos;
   }

@@ -213,17 +213,18 @@ TEST_F(SpJsonTest, ByteRunIsHeldUntilItEnds) {
   auto t = Load(Json(Meta(kLegacyNormalizer), "null", Meta(kLlamaDecoder)));
   ASSERT_NE(t, nullptr);
   IncrementalDetokenizer d(*t, false);
-  EXPECT_EQ(d.Push(262), "a");         // " a", its leading space stripped
-  EXPECT_EQ(d.Push(Byte(0x41)), "");   // a later invalid byte would void it
+  EXPECT_EQ(d.Push(262), "a");        // " a", its leading space stripped
+  EXPECT_EQ(d.Push(Byte(0x41)), "");  // a later invalid byte would void it
   EXPECT_EQ(d.Push(Byte(0x42)), "");
-  EXPECT_EQ(d.Push(263), "AB b");      // the run ended valid
+  EXPECT_EQ(d.Push(263), "AB b");  // the run ended valid
   EXPECT_EQ(d.Push(Byte(0xE6)), "");
   EXPECT_EQ(d.Flush(), kFffd);
 }
 
 TEST_F(SpJsonTest, MetaspaceDecoderDropsReplacementsOfTokenZero) {
-  auto t = Load(Json(Meta(kLegacyNormalizer), "null",
-                     Meta(R"({"type": "Metaspace", "replacement": "~", "prepend_scheme": "always"})")));
+  auto t =
+      Load(Json(Meta(kLegacyNormalizer), "null",
+                Meta(R"({"type": "Metaspace", "replacement": "~", "prepend_scheme": "always"})")));
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->Decode(std::vector<int32_t>{262, 263}, false), "a b");
   EXPECT_EQ(t->Decode(std::vector<int32_t>{1, 262, 263}, true), "a b");  // <s> skipped
@@ -233,8 +234,7 @@ TEST_F(SpJsonTest, MetaspaceDecoderDropsReplacementsOfTokenZero) {
 }
 
 TEST_F(SpJsonTest, WithoutByteFallbackUnknownCharactersFuseIntoOneUnk) {
-  auto t = Load(Json(Meta(kLegacyNormalizer), "null",
-                     Meta(R"({"type": "Sequence", "decoders": [
+  auto t = Load(Json(Meta(kLegacyNormalizer), "null", Meta(R"({"type": "Sequence", "decoders": [
                          {"type": "Replace", "pattern": {"String": "~"}, "content": " "},
                          {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1}]})"),
                      /*byte_fallback=*/false));
@@ -265,8 +265,8 @@ TEST_F(SpJsonTest, UnsupportedFieldsAreNamed) {
       {"null", "null", R"({"type": "CTC"})", "decoder"},
   };
   for (const Case& c : cases) {
-    std::ofstream(dir_ / "tokenizer.json") << Json(Meta(c.normalizer), Meta(c.pre_tokenizer),
-                                                   Meta(c.decoder));
+    std::ofstream(dir_ / "tokenizer.json")
+        << Json(Meta(c.normalizer), Meta(c.pre_tokenizer), Meta(c.decoder));
     auto t = LoadTokenizer(dir_.string());
     ASSERT_FALSE(t.ok()) << c.words;
     EXPECT_NE(t.status().message().find((dir_ / "tokenizer.json").string()), std::string::npos)
