@@ -11,7 +11,6 @@
 #include "engine/tokenizer/hf_bpe_tokenizer.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -78,7 +77,7 @@ class HfBpeTokenizer final : public Tokenizer {
                         std::string* out) const override {
     if (id < 0 || id >= vocab_size()) return;
     if (skip_special && special_[id]) return;
-    out->append(first ? token_first_bytes_[id] : token_bytes_[id]);
+    out->append(first && !token_first_bytes_.empty() ? token_first_bytes_[id] : token_bytes_[id]);
   }
 
   bool IsSpecial(int32_t id) const override { return id >= 0 && id < vocab_size() && special_[id]; }
@@ -201,8 +200,8 @@ class HfBpeTokenizer final : public Tokenizer {
       if (!spec_.byte_level) continue;
       if (!byte_level::Decode(*text[id], &token_bytes_[id])) token_bytes_[id] = *text[id];
     }
-    token_first_bytes_ = token_bytes_;
     // The SentencePiece decoders run on every token, added ones included.
+    if (!spec_.byte_level) token_first_bytes_.assign(size, std::string());
     for (int32_t id = 0; id < size && !spec_.byte_level; ++id) {
       if (text[id] == nullptr) continue;
       token_bytes_[id] = ApplyPerTokenSteps(spec_.decoder, *text[id], /*first=*/false);
@@ -229,7 +228,7 @@ class HfBpeTokenizer final : public Tokenizer {
   AddedTokenMatcher raw_matcher_;               // added tokens with normalized == false
   AddedTokenMatcher normalized_matcher_;        // the others, patterns normalized
   std::vector<std::string> token_bytes_;        // by id; size is vocab_size()
-  std::vector<std::string> token_first_bytes_;  // the same, as the first token decoded
+  std::vector<std::string> token_first_bytes_;  // as the first token decoded; empty: same
   std::vector<bool> special_;                   // by id
   std::vector<bool> byte_token_;                // by id: a ByteFallback <0xNN> token
 };
