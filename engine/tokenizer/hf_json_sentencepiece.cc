@@ -33,17 +33,26 @@ absl::StatusOr<std::string> LiteralPattern(const json& pattern, const std::strin
   return Unsupported(where, absl::StrCat("pattern ", pattern.dump(), " (only a non-empty String)"));
 }
 
-// "always" | "first" | "never", or the older add_prefix_space flag.
+// "always" (the default) | "first" | "never". The older add_prefix_space
+// flag may only say false next to "never" (tokenizers refuses the file
+// otherwise, even when prepend_scheme is absent).
 absl::StatusOr<MetaspaceOptions::Prepend> PrependScheme(const json& j, const std::string& where) {
+  MetaspaceOptions::Prepend prepend = MetaspaceOptions::Prepend::kAlways;
   if (auto it = j.find("prepend_scheme"); it != j.end() && !it->is_null()) {
     const std::string scheme = it->get<std::string>();
-    if (scheme == "always") return MetaspaceOptions::Prepend::kAlways;
-    if (scheme == "first") return MetaspaceOptions::Prepend::kFirst;
-    if (scheme == "never") return MetaspaceOptions::Prepend::kNever;
-    return Unsupported(where, absl::StrCat("Metaspace prepend_scheme \"", scheme, "\""));
+    if (scheme == "first") {
+      prepend = MetaspaceOptions::Prepend::kFirst;
+    } else if (scheme == "never") {
+      prepend = MetaspaceOptions::Prepend::kNever;
+    } else if (scheme != "always") {
+      return Unsupported(where, absl::StrCat("Metaspace prepend_scheme \"", scheme, "\""));
+    }
   }
-  return BoolOr(j, "add_prefix_space", true) ? MetaspaceOptions::Prepend::kAlways
-                                             : MetaspaceOptions::Prepend::kNever;
+  if (!BoolOr(j, "add_prefix_space", true) && prepend != MetaspaceOptions::Prepend::kNever) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": Metaspace add_prefix_space = false does not match prepend_scheme"));
+  }
+  return prepend;
 }
 
 // Metaspace replacement: one code point.

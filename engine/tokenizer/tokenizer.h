@@ -102,8 +102,11 @@ class IncrementalDetokenizer {
 std::string ToValidUtf8(std::string_view bytes, bool per_byte = false);
 
 std::unique_ptr<Tokenizer> MakeByteTokenizer();
-// <dir>/tokenizer.json if present, else <dir>/tokenizer.model.
+// <dir>/tokenizer.json if present, else <dir>/tokenizer.model, the order of
+// transformers' AutoTokenizer. A tokenizer.json that cannot be used is an
+// error naming it and the field; tokenizer.model is then not tried.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir);
+// Reads tokenizer_config.json (and config.json's model_type) beside it too.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJson(const std::string& path);
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePiece(const std::string& path);
 

@@ -255,6 +255,8 @@ TEST_F(SpJsonTest, UnsupportedFieldsAreNamed) {
       {"null", R"({"type": "Metaspace", "replacement": "~", "prepend_scheme": "sometimes"})",
        kLlamaDecoder, "prepend_scheme"},
       {"null", R"({"type": "Whitespace"})", kLlamaDecoder, "pre_tokenizer"},
+      {"null", R"({"type": "Metaspace", "replacement": "~", "add_prefix_space": false})",
+       kLlamaDecoder, "add_prefix_space = false"},
       {"null", "null", R"({"type": "Sequence", "decoders": [{"type": "Fuse"},
           {"type": "Strip", "content": " ", "start": 1, "stop": 1}]})",
        "Strip stop"},
