@@ -22,6 +22,29 @@ size_t CodePointLength(unsigned char lead) {
 
 }  // namespace
 
+std::string ByteTokenName(uint8_t byte) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string name = "<0x00>";
+  name[3] = kHex[byte >> 4];
+  name[4] = kHex[byte & 15];
+  return name;
+}
+
+int ParseByteTokenName(std::string_view token) {
+  if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
+  int value = 0;
+  for (size_t i = 3; i < 5; ++i) {
+    const char c = token[i];
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                             : -1;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
     std::unordered_map<std::string, int32_t> vocab,
     const std::vector<std::pair<std::string, std::string>>& merges, Options options) {
@@ -35,6 +58,19 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
           absl::StrCat("unk_token \"", *model->options_.unk_token, "\" is not in the vocab"));
     }
     model->unk_id_ = it->second;
+  }
+  if (model->options_.byte_fallback) {
+    // tokenizers refuses such a model too (ByteFallbackOutOfVocabulary).
+    model->byte_ids_.resize(256);
+    for (int b = 0; b < 256; ++b) {
+      const std::string name = ByteTokenName(static_cast<uint8_t>(b));
+      auto it = model->vocab_.find(name);
+      if (it == model->vocab_.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("byte_fallback is set but the vocab has no token ", name));
+      }
+      model->byte_ids_[b] = it->second;
+    }
   }
   model->merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -95,8 +131,9 @@ void BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) const
     symbols.push_back({id, index - 1, -1});
     if (index > 0) symbols[index - 1].next = index;
   };
-  // Split into code points; unknown ones become unk (fused when asked) or
-  // are dropped when there is no unk token, as tokenizers does.
+  // Split into code points; unknown ones become their byte tokens
+  // (byte_fallback), else unk (fused when asked), else are dropped, as
+  // tokenizers does.
   bool last_was_unk = false;
   std::string piece;
   for (size_t pos = 0; pos < word.size();) {
@@ -107,6 +144,9 @@ void BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) const
     auto it = vocab_.find(piece);
     if (it != vocab_.end()) {
       add(it->second);
+      last_was_unk = false;
+    } else if (!byte_ids_.empty()) {
+      for (const char c : piece) add(byte_ids_[static_cast<uint8_t>(c)]);
       last_was_unk = false;
     } else if (unk_id_.has_value()) {
       if (!(options_.fuse_unk && last_was_unk)) add(*unk_id_);

@@ -1,7 +1,9 @@
 // Byte-pair encoding of one pre-tokenized word, as the BPE model of Hugging
 // Face tokenizers does it (without dropout, subword prefixes or suffixes):
 // start from the word's code points, then repeatedly apply the merge of
-// lowest rank among adjacent pairs, the leftmost one on ties.
+// lowest rank among adjacent pairs, the leftmost one on ties. Shared by the
+// byte-level pipeline (words in the GPT-2 byte alphabet) and the
+// SentencePiece-style one (words with U+2581, byte_fallback).
 #pragma once
 
 #include <cstdint>
@@ -19,12 +21,21 @@
 
 namespace kvserve::engine {
 
+// "<0xAB>" for byte 0xAB: the byte tokens of SentencePiece byte fallback.
+std::string ByteTokenName(uint8_t byte);
+// The byte a token names ("<0xab>" too, as the ByteFallback decoder reads
+// it), or -1.
+int ParseByteTokenName(std::string_view token);
+
 class BpeModel {
  public:
   struct Options {
     bool ignore_merges = false;  // a word found whole in the vocab is one token
     std::optional<std::string> unk_token;
     bool fuse_unk = false;  // consecutive unknown code points give one unk
+    // A code point not in the vocab becomes the tokens <0xNN> of its UTF-8
+    // bytes (SentencePiece-converted models). All 256 must be in the vocab.
+    bool byte_fallback = false;
   };
 
   // merges: in rank order (first = applied first). Fails when a merge names a
@@ -52,6 +63,7 @@ class BpeModel {
   std::unordered_map<uint64_t, Merge> merges_;
   Options options_;
   std::optional<int32_t> unk_id_;
+  std::vector<int32_t> byte_ids_;  // byte_fallback: id of <0xNN> by byte, else empty
 
   // Per-word cache. Bounded: once full, new words are not added (the same
   // policy as tokenizers), which keeps memory fixed without eviction work.

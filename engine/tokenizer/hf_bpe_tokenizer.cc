@@ -1,17 +1,16 @@
-// The byte-level BPE tokenizer built from an HfBpeSpec. Encode follows the
-// pipeline of Hugging Face tokenizers:
+// The BPE tokenizer built from an HfBpeSpec. Encode follows the pipeline of
+// Hugging Face tokenizers:
 //
 //   text ─► split on non-normalized added tokens
-//          ─► plain runs: normalize (NFC) ─► split on normalized added tokens
-//             ─► plain runs: Split regexes ─► ByteLevel (prefix space, GPT-2
-//                regex, bytes → alphabet) ─► BPE per word
+//          ─► plain runs: normalize ─► split on normalized added tokens
+//             ─► plain runs: byte-level: Split regexes ─► ByteLevel (prefix
+//                space, GPT-2 regex, bytes → alphabet) ─► BPE per word
+//                SentencePiece: Metaspace | literal split ─► BPE per word
+//                (byte fallback)
 //   ─► prefix_ids + ids + suffix_ids   (add_special_tokens only)
 #include "engine/tokenizer/hf_bpe_tokenizer.h"
 
-#include <utf8proc.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -20,20 +19,6 @@
 
 namespace kvserve::engine {
 namespace {
-
-absl::StatusOr<std::string> Nfc(std::string_view text) {
-  utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                   static_cast<utf8proc_ssize_t>(text.size()), &out,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("NFC: ", utf8proc_errmsg(n)));
-  }
-  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
-  std::free(out);
-  return result;
-}
 
 class HfBpeTokenizer final : public Tokenizer {
  public:
@@ -64,20 +49,22 @@ class HfBpeTokenizer final : public Tokenizer {
         ids.push_back(seg.id);
         continue;
       }
-      std::string normalized;
-      if (spec_.nfc) {
-        auto n = Nfc(seg.text);
-        if (!n.ok()) return n.status();
-        normalized = *std::move(n);
-      } else {
-        normalized = seg.text;
-      }
+      auto normalized = Normalize(spec_.normalizer, seg.text);
+      if (!normalized.ok()) return normalized.status();
       std::vector<AddedTokenMatcher::Segment> norm;
-      normalized_matcher_.Split(normalized, &norm);
+      normalized_matcher_.Split(*normalized, &norm);
       for (const auto& piece : norm) {
         if (piece.id >= 0) {
           ids.push_back(piece.id);
-        } else if (auto s = EncodePlain(piece.text, &ids); !s.ok()) {
+          continue;
+        }
+        // Metaspace's "first" prepends only to the piece at offset 0 of the
+        // input (a normalizer never moves that offset).
+        const bool at_input_start =
+            seg.text.data() == text.data() && piece.text.data() == normalized->data();
+        if (auto s = spec_.byte_level ? EncodeByteLevel(piece.text, &ids)
+                                      : EncodeSentencePiece(piece.text, at_input_start, &ids);
+            !s.ok()) {
           return s;
         }
       }
@@ -90,18 +77,46 @@ class HfBpeTokenizer final : public Tokenizer {
                         std::string* out) const override {
     if (id < 0 || id >= vocab_size()) return;
     if (skip_special && special_[id]) return;
-    out->append(token_bytes_[id]);
+    out->append(first && !token_first_bytes_.empty() ? token_first_bytes_[id] : token_bytes_[id]);
   }
 
   bool IsSpecial(int32_t id) const override { return id >= 0 && id < vocab_size() && special_[id]; }
+  // SentencePiece pipeline: "first" is token 0 of what the decoder sees,
+  // i.e. the first token not skipped (a Metaspace decoder depends on it).
+  bool EndsFirstPosition(int32_t id) const override {
+    return !spec_.byte_level && id >= 0 && id < vocab_size() && !special_[id];
+  }
+  bool IsByteToken(int32_t id) const override {
+    return id >= 0 && id < vocab_size() && byte_token_[id];
+  }
+  LeadingStrip leading_strip() const override {
+    return {spec_.decoder.strip_content, spec_.decoder.strip_start};
+  }
   std::optional<int32_t> bos_token_id() const override { return spec_.bos; }
   std::optional<int32_t> eos_token_id() const override { return spec_.eos; }
 
  private:
   HfBpeTokenizer() = default;
 
-  // Normalized text without added tokens → pre-tokenize → BPE.
-  absl::Status EncodePlain(std::string_view text, std::vector<int32_t>* ids) const {
+  // SentencePiece pipeline: normalized text without added tokens →
+  // Metaspace / literal split → BPE (with byte fallback).
+  absl::Status EncodeSentencePiece(std::string_view text, bool at_input_start,
+                                   std::vector<int32_t>* ids) const {
+    std::vector<std::string> words;
+    if (spec_.metaspace.has_value()) {
+      MetaspacePreTokenize(*spec_.metaspace, text, at_input_start, &words);
+    } else if (!spec_.split_merged_with_previous.empty()) {
+      SplitMergedWithPrevious(text, spec_.split_merged_with_previous, &words);
+    } else if (!text.empty()) {
+      words.emplace_back(text);
+    }
+    for (const std::string& w : words) model_->EncodeWord(w, ids);
+    return absl::OkStatus();
+  }
+
+  // Byte-level pipeline: normalized text without added tokens →
+  // pre-tokenize → BPE.
+  absl::Status EncodeByteLevel(std::string_view text, std::vector<int32_t>* ids) const {
     std::vector<std::string_view> pieces{text};
     std::vector<std::string_view> next;
     // All Split steps but the ByteLevel regex (the last one when
@@ -152,14 +167,10 @@ class HfBpeTokenizer final : public Tokenizer {
           raw.push_back(t);
           raw_patterns.push_back(t.content);
         } else {
-          std::string pattern = t.content;
-          if (spec_.nfc) {
-            auto n = Nfc(t.content);
-            if (!n.ok()) return n.status();
-            pattern = *std::move(n);
-          }
+          auto pattern = Normalize(spec_.normalizer, t.content);
+          if (!pattern.ok()) return pattern.status();
           normalized.push_back(t);
-          normalized_patterns.push_back(std::move(pattern));
+          normalized_patterns.push_back(*std::move(pattern));
         }
       }
     }
@@ -183,9 +194,24 @@ class HfBpeTokenizer final : public Tokenizer {
     for (const AddedToken& t : spec_.added_tokens) text[t.id] = &t.content;
     token_bytes_.assign(size, std::string());
     special_.assign(size, false);
+    byte_token_.assign(size, false);
     for (int32_t id = 0; id < size; ++id) {
       if (text[id] == nullptr) continue;  // a hole in the id space decodes to nothing
+      if (!spec_.byte_level) continue;
       if (!byte_level::Decode(*text[id], &token_bytes_[id])) token_bytes_[id] = *text[id];
+    }
+    // The SentencePiece decoders run on every token, added ones included.
+    if (!spec_.byte_level) token_first_bytes_.assign(size, std::string());
+    for (int32_t id = 0; id < size && !spec_.byte_level; ++id) {
+      if (text[id] == nullptr) continue;
+      token_bytes_[id] = ApplyPerTokenSteps(spec_.decoder, *text[id], /*first=*/false);
+      token_first_bytes_[id] = ApplyPerTokenSteps(spec_.decoder, *text[id], /*first=*/true);
+      if (!spec_.decoder.byte_fallback) continue;
+      const int byte = ParseByteTokenName(token_bytes_[id]);
+      if (byte >= 0 && ParseByteTokenName(token_first_bytes_[id]) == byte) {
+        byte_token_[id] = true;
+        token_bytes_[id] = token_first_bytes_[id] = std::string(1, static_cast<char>(byte));
+      }
     }
     // Special-ness goes by content, as tokenizers' decode checks it.
     std::unordered_set<std::string_view> special;
@@ -199,10 +225,12 @@ class HfBpeTokenizer final : public Tokenizer {
 
   HfBpeSpec spec_;  // vocab moved out into model_
   std::unique_ptr<BpeModel> model_;
-  AddedTokenMatcher raw_matcher_;         // added tokens with normalized == false
-  AddedTokenMatcher normalized_matcher_;  // the others, patterns normalized
-  std::vector<std::string> token_bytes_;  // by id; size is vocab_size()
-  std::vector<bool> special_;             // by id
+  AddedTokenMatcher raw_matcher_;               // added tokens with normalized == false
+  AddedTokenMatcher normalized_matcher_;        // the others, patterns normalized
+  std::vector<std::string> token_bytes_;        // by id; size is vocab_size()
+  std::vector<std::string> token_first_bytes_;  // as the first token decoded; empty: same
+  std::vector<bool> special_;                   // by id
+  std::vector<bool> byte_token_;                // by id: a ByteFallback <0xNN> token
 };
 
 }  // namespace

@@ -1,25 +1,28 @@
 // tokenizer.json / tokenizer_config.json -> HfBpeSpec. Everything that the
-// byte-level BPE pipeline does not implement is refused here, by name.
+// two BPE pipelines (hf_bpe_tokenizer.h) do not implement is refused here,
+// by name.
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/auto_tokenizer_rules.h"
 #include "engine/tokenizer/hf_bpe_tokenizer.h"
+#include "engine/tokenizer/hf_json_sentencepiece.h"
 
 namespace kvserve::engine {
 namespace {
 
+using hf_json::BoolOr;
+using hf_json::ParseNormalizer;
+using hf_json::ParseSentencePieceDecoder;
+using hf_json::ParseSentencePiecePreTokenizer;
+using hf_json::TypeOf;
+using hf_json::Unsupported;
 using nlohmann::json;
 
 // The pattern ByteLevel(use_regex=true) splits with (GPT-2's).
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-std::string TypeOf(const json& j) {
-  if (!j.is_object()) return j.dump();
-  auto it = j.find("type");
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string("(no type)");
-}
 
 // Ids index dense tables; anything this large is a broken file, not a vocab.
 constexpr int64_t kMaxTokenId = int64_t{1} << 24;
@@ -30,15 +33,6 @@ absl::StatusOr<int32_t> TokenId(const json& j) {
     return absl::InvalidArgumentError(absl::StrCat("token id ", id, " out of range"));
   }
   return static_cast<int32_t>(id);
-}
-
-absl::Status Unsupported(const std::string& what, const std::string& detail) {
-  return absl::UnimplementedError(absl::StrCat("unsupported ", what, ": ", detail));
-}
-
-bool BoolOr(const json& j, const char* key, bool fallback) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
 }
 
 // A string field that must be null, absent or empty.
@@ -59,9 +53,7 @@ absl::Status ParseModel(const json& model, HfBpeSpec* spec) {
       it != model.end() && !it->is_null() && it->get<double>() != 0.0) {
     return Unsupported("BPE option", absl::StrCat("dropout = ", it->dump()));
   }
-  if (BoolOr(model, "byte_fallback", false)) {
-    return Unsupported("BPE option", "byte_fallback = true (byte-level BPE needs none)");
-  }
+  spec->bpe.byte_fallback = BoolOr(model, "byte_fallback", false);
   if (auto s = RequireUnset(model, "continuing_subword_prefix"); !s.ok()) return s;
   if (auto s = RequireUnset(model, "end_of_word_suffix"); !s.ok()) return s;
   spec->bpe.ignore_merges = BoolOr(model, "ignore_merges", false);
@@ -98,22 +90,6 @@ absl::Status ParseModel(const json& model, HfBpeSpec* spec) {
   return absl::OkStatus();
 }
 
-absl::Status ParseNormalizer(const json& n, HfBpeSpec* spec) {
-  if (n.is_null()) return absl::OkStatus();
-  const std::string type = TypeOf(n);
-  if (type == "NFC") {
-    spec->nfc = true;
-    return absl::OkStatus();
-  }
-  if (type == "Sequence") {
-    for (const json& child : n.at("normalizers")) {
-      if (auto s = ParseNormalizer(child, spec); !s.ok()) return s;
-    }
-    return absl::OkStatus();
-  }
-  return Unsupported("normalizer", absl::StrCat("\"", type, "\" (supported: null, NFC)"));
-}
-
 // Flattens nested Sequences into `steps`.
 absl::Status FlattenPreTokenizer(const json& p, std::vector<const json*>* steps) {
   if (TypeOf(p) == "Sequence") {
@@ -127,11 +103,13 @@ absl::Status FlattenPreTokenizer(const json& p, std::vector<const json*>* steps)
 }
 
 absl::Status ParsePreTokenizer(const json& p, HfBpeSpec* spec) {
-  if (p.is_null()) {
-    return Unsupported("pre_tokenizer", "null (a byte-level BPE needs ByteLevel)");
-  }
   std::vector<const json*> steps;
-  if (auto s = FlattenPreTokenizer(p, &steps); !s.ok()) return s;
+  if (!p.is_null()) {
+    if (auto s = FlattenPreTokenizer(p, &steps); !s.ok()) return s;
+  }
+  bool byte_level = false;
+  for (const json* step : steps) byte_level = byte_level || TypeOf(*step) == "ByteLevel";
+  if (!byte_level) return ParseSentencePiecePreTokenizer(steps, spec);
   for (size_t i = 0; i < steps.size(); ++i) {
     const json& step = *steps[i];
     const std::string type = TypeOf(step);
@@ -228,11 +206,24 @@ absl::Status ParsePostProcessor(const json& p, HfBpeSpec* spec) {
   return absl::OkStatus();
 }
 
-absl::Status ParseDecoder(const json& d) {
+absl::Status ParseByteLevelDecoder(const json& d) {
   const std::string type = d.is_null() ? "null" : TypeOf(d);
   if (type == "ByteLevel") return absl::OkStatus();
-  if (type == "Sequence" && d.at("decoders").size() == 1) return ParseDecoder(d.at("decoders")[0]);
-  return Unsupported("decoder", absl::StrCat("\"", type, "\" (only ByteLevel)"));
+  if (type == "Sequence" && d.at("decoders").size() == 1) {
+    return ParseByteLevelDecoder(d.at("decoders")[0]);
+  }
+  return Unsupported("decoder",
+                     absl::StrCat("\"", type, "\" (a ByteLevel pre_tokenizer needs ByteLevel)"));
+}
+
+absl::Status ParseDecoder(const json& d, HfBpeSpec* spec) {
+  if (spec->byte_level) {
+    if (spec->bpe.byte_fallback) {
+      return Unsupported("BPE option", "byte_fallback = true with a ByteLevel pre_tokenizer");
+    }
+    return ParseByteLevelDecoder(d);
+  }
+  return ParseSentencePieceDecoder(d, &spec->decoder);
 }
 
 absl::Status ParseAddedTokens(const json& added, HfBpeSpec* spec) {
@@ -280,7 +271,7 @@ absl::StatusOr<HfBpeSpec> ParseHfBpeSpec(const std::string& json_text) {
     if (auto s = ParseNormalizer(Field(j, "normalizer"), &spec); !s.ok()) return s;
     if (auto s = ParsePreTokenizer(Field(j, "pre_tokenizer"), &spec); !s.ok()) return s;
     if (auto s = ParsePostProcessor(Field(j, "post_processor"), &spec); !s.ok()) return s;
-    if (auto s = ParseDecoder(Field(j, "decoder")); !s.ok()) return s;
+    if (auto s = ParseDecoder(Field(j, "decoder"), &spec); !s.ok()) return s;
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed tokenizer.json: ", e.what()));
   }
@@ -289,20 +280,39 @@ absl::StatusOr<HfBpeSpec> ParseHfBpeSpec(const std::string& json_text) {
   return spec;
 }
 
-absl::Status ApplyTokenizerConfig(const std::string& json_text, HfBpeSpec* spec) {
+absl::Status ApplyTokenizerConfig(const std::string& json_text, const std::string& model_type,
+                                  HfBpeSpec* spec) {
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("not a valid JSON object");
   }
   try {
+    const json tokenizer_class = Field(j, "tokenizer_class");
+    if (tokenizer_class.is_string() &&
+        UsesLlamaTokenizerClass(tokenizer_class.get<std::string>(), model_type, spec->byte_level)) {
+      const json prefix_space = Field(j, "add_prefix_space");
+      ApplyLlamaTokenizerClass(BoolOr(j, "legacy", false),
+                               prefix_space.is_boolean() ? prefix_space.get<bool>() : true, spec);
+    }
     // The config names the tokens the model was trained to start and stop
     // with; it wins over what the post-processor suggests. Names that are
     // not tokens are ignored.
+    std::optional<int32_t> bos, eos;
     if (auto name = TokenName(Field(j, "bos_token")); name.has_value()) {
-      if (auto id = FindTokenId(*spec, *name); id.has_value()) spec->bos = id;
+      bos = FindTokenId(*spec, *name);
+      if (bos.has_value()) spec->bos = bos;
     }
     if (auto name = TokenName(Field(j, "eos_token")); name.has_value()) {
-      if (auto id = FindTokenId(*spec, *name); id.has_value()) spec->eos = id;
+      eos = FindTokenId(*spec, *name);
+      if (eos.has_value()) spec->eos = eos;
+    }
+    // Either flag present: transformers rebuilds the post-processor as
+    // "[bos] $A [eos]" (TokenizersBackend.update_post_processor).
+    if (j.contains("add_bos_token") || j.contains("add_eos_token")) {
+      spec->prefix_ids.clear();
+      spec->suffix_ids.clear();
+      if (BoolOr(j, "add_bos_token", false) && bos.has_value()) spec->prefix_ids.push_back(*bos);
+      if (BoolOr(j, "add_eos_token", false) && eos.has_value()) spec->suffix_ids.push_back(*eos);
     }
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed tokenizer_config.json: ", e.what()));

@@ -10,10 +10,10 @@
 //    first position one leading U+2581 is dropped when the model adds a dummy
 //    prefix or removes extra whitespace; without remove_extra_whitespaces
 //    only one such space is dropped (EndsFirstPosition).
-// Known difference: DecodeIds replaces each byte of an invalid byte-piece
-// sequence by U+FFFD; Decode replaces each maximal invalid subpart (so an
-// incomplete 2- or 3-byte sequence gives one U+FFFD, not 2 or 3). Valid text
-// decodes the same.
+//  - a byte of a byte-piece run that is not part of a valid UTF-8 character
+//    decodes to U+FFFD, one per byte (ReplacePerByte), as DecodeIds does:
+//    a cut 3-byte character gives three. Other pieces are valid UTF-8, so
+//    this rule on the concatenated bytes is the same as per run.
 // Versions: encoding is whatever the linked libsentencepiece does (0.1.97 on
 // the build image). The pinned Python oracle (0.2.3) breaks exact ties
 // between equal-score unigram segmentations differently; BPE models agree.
@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/bpe_model.h"
 #include "engine/tokenizer/sp_model.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -112,22 +113,6 @@ ProtoFlags ReadProtoFlags(std::string_view model_proto) {
   return flags;
 }
 
-// "<0xAB>" -> 0xAB, or -1.
-int ParseBytePiece(const std::string& piece) {
-  if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return -1;
-  int value = 0;
-  for (int i = 3; i < 5; ++i) {
-    const char c = piece[i];
-    const int digit = c >= '0' && c <= '9'   ? c - '0'
-                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                             : -1;
-    if (digit < 0) return -1;
-    value = value * 16 + digit;
-  }
-  return value;
-}
-
 std::string ReplaceSpaceSymbol(std::string_view piece) {
   std::string out;
   out.reserve(piece.size());
@@ -192,6 +177,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   bool IsSpecial(int32_t id) const override {
     return id >= 0 && id < vocab_size() && pieces_[id].control;
   }
+  bool ReplacePerByte() const override { return true; }
   std::optional<int32_t> bos_token_id() const override { return bos_; }
   std::optional<int32_t> eos_token_id() const override { return eos_; }
 
@@ -215,7 +201,7 @@ class SentencePieceTokenizer final : public Tokenizer {
         p.control = true;
       } else if (model.IsUnknown(id)) {
         p.text = p.first_text = model.DecodeIds({id});
-      } else if (const int byte = model.IsByte(id) ? ParseBytePiece(piece) : -1; byte >= 0) {
+      } else if (const int byte = model.IsByte(id) ? ParseByteTokenName(piece) : -1; byte >= 0) {
         p.text = p.first_text = std::string(1, static_cast<char>(byte));
       } else {
         p.text = ReplaceSpaceSymbol(piece);

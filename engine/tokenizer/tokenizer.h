@@ -1,13 +1,23 @@
 // Tokenizer: text <-> token ids. Three kinds:
 //  - byte-level (builtin models): ids 0..255 are bytes, then <bos>, <eos>;
-//  - Hugging Face tokenizer.json with a byte-level BPE model (GPT-2, Llama-3,
-//    Qwen2 style), with added / special tokens;
+//  - Hugging Face tokenizer.json with a BPE model: byte-level (GPT-2,
+//    Llama 3, Qwen2/3) or SentencePiece-converted with byte fallback
+//    (Llama 2, Mistral, Gemma, Phi-3), with added / special tokens;
 //  - SentencePiece tokenizer.model through libsentencepiece.
 //
 // Decoding is defined token by token: each id stands for a byte string
-// (AppendTokenBytes), the text is their concatenation, and invalid UTF-8 is
-// replaced by U+FFFD as Hugging Face does. IncrementalDetokenizer streams the
-// same text without ever emitting a broken UTF-8 sequence.
+// (AppendTokenBytes), the text is their concatenation, with three
+// tokenizer-specific rules on top:
+//  - invalid UTF-8 becomes U+FFFD: one per maximal invalid subpart (HF
+//    ByteLevel, Rust's from_utf8_lossy) or one per byte (SentencePiece,
+//    ReplacePerByte);
+//  - byte tokens (IsByteToken, HF ByteFallback): a run of consecutive byte
+//    tokens decodes to its bytes when they are valid UTF-8 as a whole, and
+//    to one U+FFFD per byte of the run otherwise;
+//  - leading_strip(): up to `count` leading `content` characters of the
+//    whole text are removed (HF Strip decoder after Fuse).
+// IncrementalDetokenizer streams the same text without ever emitting a
+// broken UTF-8 sequence.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +56,14 @@ class Tokenizer {
   // removes extra whitespace), so that only one such space is dropped, as
   // DecodeIds does. Decode and IncrementalDetokenizer follow this rule.
   virtual bool EndsFirstPosition(int32_t id) const { return false; }
+  // See the decoding rules at the top of this file.
+  virtual bool IsByteToken(int32_t id) const { return false; }
+  virtual bool ReplacePerByte() const { return false; }
+  struct LeadingStrip {
+    std::string content;  // one code point; empty: nothing stripped
+    int count = 0;
+  };
+  virtual LeadingStrip leading_strip() const { return {}; }
   virtual std::optional<int32_t> bos_token_id() const = 0;
   virtual std::optional<int32_t> eos_token_id() const = 0;
 
@@ -54,9 +72,12 @@ class Tokenizer {
 };
 
 // Streams the text of a growing token sequence. Push returns the text that
-// became complete with this token (possibly empty, when a UTF-8 sequence is
-// still open); Flush returns what is left (invalid tails become U+FFFD).
-// The concatenation of all Push results and Flush equals Decode(all ids).
+// became final with this token (possibly empty: a UTF-8 sequence is still
+// open, a run of byte tokens is not finished, or leading characters may
+// still be stripped); Flush returns what is left. The concatenation of all
+// Push results and Flush equals Decode(all ids), and every chunk is valid
+// UTF-8. A run of HF byte tokens is held back until a non-byte token ends
+// it, because one invalid byte turns the whole run into U+FFFDs.
 class IncrementalDetokenizer {
  public:
   IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special);
@@ -64,19 +85,28 @@ class IncrementalDetokenizer {
   std::string Flush();
 
  private:
+  void Emit(std::string_view text, std::string* out);
+
   const Tokenizer& tokenizer_;
   bool skip_special_;
-  bool first_ = true;    // see Tokenizer::EndsFirstPosition
-  std::string pending_;  // bytes of an unfinished UTF-8 sequence
+  bool per_byte_;
+  Tokenizer::LeadingStrip strip_;  // count left; 0 once a character is emitted
+  bool first_ = true;              // see Tokenizer::EndsFirstPosition
+  bool in_run_ = false;            // pending_ holds an open run of byte tokens
+  std::string pending_;            // an unfinished UTF-8 sequence, or the run
 };
 
-// Replaces invalid UTF-8 by U+FFFD (one per maximal invalid subpart, like
-// Rust's from_utf8_lossy). Exposed for tests.
-std::string ToValidUtf8(std::string_view bytes);
+// Replaces invalid UTF-8 by U+FFFD: one per maximal invalid subpart, like
+// Rust's from_utf8_lossy, or with `per_byte` one per byte of it, like
+// SentencePiece. Exposed for tests.
+std::string ToValidUtf8(std::string_view bytes, bool per_byte = false);
 
 std::unique_ptr<Tokenizer> MakeByteTokenizer();
-// <dir>/tokenizer.json if present, else <dir>/tokenizer.model.
+// <dir>/tokenizer.json if present, else <dir>/tokenizer.model, the order of
+// transformers' AutoTokenizer. A tokenizer.json that cannot be used is an
+// error naming it and the field; tokenizer.model is then not tried.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir);
+// Reads tokenizer_config.json (and config.json's model_type) beside it too.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJson(const std::string& path);
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePiece(const std::string& path);
 

@@ -2,11 +2,12 @@
 // the logits of every prompt token and a greedy continuation, for the
 // Python tests to compare with Hugging Face transformers.
 //
-//   kvserve_logits_driver MODEL < {"prompt": [ids], "greedy_tokens": 32,
+//   kvserve_logits_driver MODEL < {"prompt": [ids] | "prompt_text": "...",
+//                                  "greedy_tokens": 32,
 //                                  "block_size": 16, "chunk": 64,
 //                                  "backend": "cpu" | "cuda", "dtype": "auto",
 //                                  "max_model_len": 0}
-//   > {"prompt_logits": [[...], ...], "greedy": [ids]}
+//   > {"prompt_logits": [[...], ...], "greedy": [ids], "prompt_ids": [ids]}
 #include <algorithm>
 #include <functional>
 #include <iostream>
@@ -41,7 +42,18 @@ int main(int argc, char** argv) {
                    .max_model_len = request.value("max_model_len", int64_t{0})});
   if (!model.ok()) return Fail(std::string(model.status().message()));
 
-  std::vector<int32_t> tokens = request.at("prompt").get<std::vector<int32_t>>();
+  // "prompt_text" instead of "prompt": encoded by the checkpoint's own
+  // tokenizer (with its special tokens), echoed back as "prompt_ids".
+  std::vector<int32_t> tokens;
+  if (request.contains("prompt_text")) {
+    if ((*model)->tokenizer == nullptr) return Fail("the checkpoint has no tokenizer");
+    auto ids = (*model)->tokenizer->Encode(request.at("prompt_text").get<std::string>(), true);
+    if (!ids.ok()) return Fail(std::string(ids.status().message()));
+    tokens = *std::move(ids);
+  } else {
+    tokens = request.at("prompt").get<std::vector<int32_t>>();
+  }
+  const std::vector<int32_t> prompt_ids = tokens;
   const int greedy_tokens = request.value("greedy_tokens", 0);
   const int32_t block_size = request.value("block_size", 16);
   const int32_t chunk = request.value("chunk", 1 << 30);
@@ -109,6 +121,9 @@ int main(int argc, char** argv) {
     tokens.push_back(next);
     if (i + 1 < greedy_tokens && !step(1, StepInput::Logits::kLast)) return 1;
   }
-  std::cout << nlohmann::json{{"prompt_logits", prompt_logits}, {"greedy", greedy}} << "\n";
+  std::cout << nlohmann::json{{"prompt_logits", prompt_logits},
+                              {"greedy", greedy},
+                              {"prompt_ids", prompt_ids}}
+            << "\n";
   return 0;
 }

@@ -254,3 +254,28 @@ def test_unsupported_variants_of_new_families_are_clear_errors(tmp_path, arch):
                          text=True, timeout=60)
     assert res.returncode != 0
     assert arch in res.stderr and "unsupported" in res.stderr.lower()
+
+
+def test_llama2_tokenizer_layout_loads_end_to_end(tmp_path):
+    """A Llama-2 layout directory (checkpoint + tokenizer.model + the
+    tokenizer.json transformers converts it to + tokenizer_config.json) loads
+    through engine::LoadModel, and kvserve's prompt ids equal AutoTokenizer's."""
+    import sentencepiece as spm
+    from test_tokenizers import corpus
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus()), model_prefix=str(tmp_path / "tokenizer"),
+        model_type="bpe", vocab_size=COMMON["vocab_size"], byte_fallback=True,
+        character_coverage=0.995, num_threads=1, minloglevel=2,
+        normalization_rule_name="identity", remove_extra_whitespaces=False, split_digits=True)
+    transformers.LlamaTokenizer.from_pretrained(str(tmp_path), add_bos_token=True).save_pretrained(
+        str(tmp_path))
+    make_checkpoint(tmp_path, transformers.LlamaConfig, {}, seed=3)
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    prompt = " Hello wörld  日本語 🤖</s>"
+    want = tok.encode(prompt)
+    assert want[0] == tok.bos_token_id and max(want) < COMMON["vocab_size"]
+    req = dict(prompt_text=prompt, greedy_tokens=1)
+    res = subprocess.run([DRIVER, str(tmp_path)], input=json.dumps(req), capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["prompt_ids"] == want

@@ -9,8 +9,11 @@ of TEXTS, and for random id sequences, it checks:
   * streaming (IncrementalDetokenizer) == Decode, and no chunk is invalid UTF-8.
 Kinds: GPT-2 style byte-level BPE (with and without add_prefix_space),
 Llama-3 style (Split regex + ByteLevel, ignore_merges, specials, BOS template,
-tokenizer_config.json), Qwen2 style (NFC + Qwen2 regex), and SentencePiece BPE
-and unigram models with byte fallback.
+tokenizer_config.json), Qwen2 style (NFC + Qwen2 regex), SentencePiece BPE
+and unigram models with byte fallback (tokenizer.model), and the
+SentencePiece-converted tokenizer.json layouts of Llama 2 / Phi-3 / Gemma
+(byte_fallback BPE, Metaspace or Prepend + Replace, ByteFallback decoder)
+checked against transformers.AutoTokenizer.
 """
 import json
 import os
@@ -328,12 +331,12 @@ def test_qwen2_style(workdir):
 def test_sentencepiece(workdir, model_type, llama_like):
     directory = workdir / f"sp_{model_type}_{llama_like}"
     sp = build_sentencepiece(directory, model_type, llama_like)
-    # Byte pieces are left out of the random sequences: for invalid byte
-    # runs DecodeIds puts one U+FFFD per byte, kvserve one per maximal
-    # invalid subpart (documented in sentencepiece_tokenizer.cc).
     byte_ids = [i for i in range(sp.get_piece_size()) if sp.is_byte(i)]
-    assert byte_ids, "byte_fallback model without byte pieces"
-    extra = random_id_lists(sp.get_piece_size(), exclude=byte_ids, seed=4)
+    assert len(byte_ids) == 256, "byte_fallback model without byte pieces"
+    extra = random_id_lists(sp.get_piece_size(), seed=4)
+    # Cut and broken characters: DecodeIds gives one U+FFFD per invalid byte.
+    extra += sp_decode_extra(sp.get_piece_size(), [sp.piece_to_id(f"<0x{i:02X}>") for i in range(256)],
+                             [sp.bos_id(), sp.eos_id()], seed=5)
     # Sequences that start with control / unknown / lone-space pieces probe
     # the dropped dummy-prefix space.
     space = sp.piece_to_id("▁")
@@ -400,3 +403,198 @@ def test_errors_name_the_file(workdir):
     assert missing in out["error"]
     out = run_driver(str(workdir / "no_such.model"), [], [])
     assert "no_such.model" in out["error"]
+
+
+# ------------------------------------------- SentencePiece-converted tokenizer.json
+#
+# Hub layouts of Llama 2 / Mistral v0.1 / TinyLlama / Phi-3 / Gemma: a BPE
+# tokenizer.model trained here with byte_fallback, turned into tokenizer.json
+# by transformers' own conversion (LlamaTokenizer / GemmaTokenizer
+# .from_pretrained on the .model, then save_pretrained), written beside it.
+# transformers 5.23's LlamaConverter.converted() fails for BPE models (its
+# extractor call is out of date), so the legacy Hub pipeline (Prepend +
+# Replace normalizer, no pre-tokenizer) is built from the converter's own
+# normalizer() / decoder() methods. The oracle is AutoTokenizer.
+
+
+class AutoOracle:
+    def __init__(self, tok):
+        self.tok = tok
+
+    def encode(self, text, special):
+        return self.tok.encode(text, add_special_tokens=special)
+
+    def decode(self, ids, skip):
+        return self.tok.decode(ids, skip_special_tokens=skip)
+
+
+def train_sp_bpe(directory, gemma=False):
+    os.makedirs(directory, exist_ok=True)
+    prefix = os.path.join(directory, "tokenizer")
+    options = dict(model_prefix=prefix, model_type="bpe", vocab_size=600, byte_fallback=True,
+                   character_coverage=0.995, num_threads=1, minloglevel=2, hard_vocab_limit=False,
+                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                   split_digits=True, add_dummy_prefix=not gemma,
+                   allow_whitespace_only_pieces=True)
+    if gemma:  # Gemma's ids: <pad> 0, <eos> 1, <bos> 2, <unk> 3
+        options.update(pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>",
+                       eos_piece="<eos>", bos_piece="<bos>", user_defined_symbols=["<mask>"])
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus()), **options)
+    return prefix + ".model"
+
+
+def convert_with_transformers(directory, cls_name, **kwargs):
+    import transformers
+    cls = getattr(transformers, cls_name)
+    tok = cls.from_pretrained(str(directory), **kwargs)
+    tok.save_pretrained(str(directory))
+    return tok
+
+
+def sp_decode_extra(vocab_size, byte_ids, specials, seed):
+    extra = random_id_lists(vocab_size, seed=seed)
+    # Byte runs: complete and cut characters, runs broken by other tokens.
+    rng = random.Random(seed)
+    b = {i: byte_ids[i] for i in range(256)}
+    cut = [[b[0xE6], b[0x97]], [b[0xE6], b[0x97], b[0xA5]], [b[0x41], b[0xE6]],
+           [b[0xF0], b[0x9F], b[0x98], b[0x80], b[0xE6]], [b[0x20]], [b[0x20], b[0x20], b[0x41]]]
+    extra += cut + [c + [rng.randrange(vocab_size)] + c for c in cut]
+    extra += [[s] + c for s in specials for c in cut] + [c + [s] + c for s in specials for c in cut]
+    return extra
+
+
+def check_sp_layout(directory, oracle_tok):
+    vocab = oracle_tok.get_vocab()
+    byte_ids = [vocab[f"<0x{i:02X}>"] for i in range(256)]
+    specials = sorted(oracle_tok.all_special_ids)
+    extra = sp_decode_extra(len(oracle_tok), byte_ids, specials, seed=11)
+    out = check(AutoOracle(oracle_tok), directory, extra)
+    assert out["vocab_size"] == len(oracle_tok)
+    assert out["bos"] == oracle_tok.bos_token_id
+    # Text outside the training alphabet went through byte fallback.
+    assert any(i in byte_ids for i in oracle_tok.encode("🤖 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"))
+    return out
+
+
+def test_llama2_converted_by_transformers(workdir):
+    """tokenizer.json as transformers 5.23 writes it (Metaspace first, no
+    normalizer), with the BOS template of Llama 2's add_bos_token."""
+    directory = workdir / "llama2_v5"
+    train_sp_bpe(directory)
+    convert_with_transformers(directory, "LlamaTokenizer", add_bos_token=True)
+    spec = json.load(open(directory / "tokenizer.json", encoding="utf-8"))
+    assert spec["model"]["byte_fallback"] and spec["pre_tokenizer"]["type"] == "Metaspace"
+    from transformers import AutoTokenizer
+    check_sp_layout(directory, AutoTokenizer.from_pretrained(str(directory)))
+
+
+def write_legacy_llama_json(directory):
+    """The pipeline of the tokenizer.json files on the Hub for Llama 2,
+    Mistral v0.1, TinyLlama, Phi-3: Prepend + Replace normalizer, no
+    pre-tokenizer, Replace/ByteFallback/Fuse/Strip decoder, BOS template."""
+    from tokenizers import Tokenizer as HfTokenizer
+    from transformers.convert_slow_tokenizer import LlamaConverter
+
+    class Slow:  # what LlamaConverter reads of the old slow LlamaTokenizer
+        legacy = True
+        add_prefix_space = True
+
+    converter = LlamaConverter.__new__(LlamaConverter)
+    converter.original_tokenizer = Slow()
+    tok = HfTokenizer.from_file(str(directory / "tokenizer.json"))
+    tok.normalizer = converter.normalizer(None)
+    tok.pre_tokenizer = None
+    tok.decoder = converter.decoder("▁", True)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    tok.save(str(directory / "tokenizer.json"))
+    spec = json.load(open(directory / "tokenizer.json", encoding="utf-8"))
+    assert spec["normalizer"]["normalizers"][0]["type"] == "Prepend"
+    assert spec["pre_tokenizer"] is None
+
+
+def test_phi3_hub_layout(workdir):
+    """Phi-3: a Llama-2 style tokenizer.json that transformers loads as is
+    (model_type phi3 maps to TokenizersBackend)."""
+    directory = workdir / "phi3"
+    train_sp_bpe(directory)
+    convert_with_transformers(directory, "LlamaTokenizer", add_bos_token=True)
+    write_legacy_llama_json(directory)
+    with open(directory / "config.json", "w") as f:
+        json.dump({"model_type": "phi3"}, f)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(directory))
+    assert tok.backend_tokenizer.normalizer is not None  # the file's pipeline
+    check_sp_layout(directory, tok)
+
+
+def test_gemma_converted_by_transformers(workdir):
+    directory = workdir / "gemma"
+    train_sp_bpe(directory, gemma=True)
+    convert_with_transformers(directory, "GemmaTokenizer", add_bos_token=True)
+    spec = json.load(open(directory / "tokenizer.json", encoding="utf-8"))
+    assert spec["normalizer"]["type"] == "Replace" and spec["model"]["byte_fallback"]
+    from transformers import AutoTokenizer
+    check_sp_layout(directory, AutoTokenizer.from_pretrained(str(directory)))
+
+
+@pytest.mark.parametrize("legacy", [None, True])
+def test_llama2_hub_layout(workdir, legacy):
+    """Llama 2 / TinyLlama on the Hub: Prepend + Replace tokenizer.json,
+    tokenizer_class LlamaTokenizer, model_type llama. AutoTokenizer 5.23
+    encodes with its LlamaTokenizer class pipeline (Metaspace, "first" unless
+    legacy), not the file's normalizer; kvserve follows it."""
+    directory = workdir / f"llama2_hub_{legacy}"
+    train_sp_bpe(directory)
+    convert_with_transformers(directory, "LlamaTokenizer")
+    write_legacy_llama_json(directory)
+    config = json.load(open(directory / "tokenizer_config.json"))
+    config.update(add_bos_token=True, add_eos_token=False)
+    config.pop("legacy", None)
+    if legacy is not None:
+        config["legacy"] = legacy
+    with open(directory / "tokenizer_config.json", "w") as f:
+        json.dump(config, f)
+    with open(directory / "config.json", "w") as f:
+        json.dump({"model_type": "llama"}, f)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(directory))
+    assert tok.backend_tokenizer.normalizer is None  # the class pipeline, not the file's
+    # The two pipelines differ on a leading space: the test can tell them apart.
+    file_tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    assert file_tok.encode(" Hello").ids != tok.encode(" Hello")
+    check_sp_layout(directory, tok)
+
+
+def test_qwen3_layout_through_auto_tokenizer(workdir):
+    """Qwen3: byte-level BPE as Qwen2, written by transformers' Qwen2Tokenizer
+    (the class AutoTokenizer picks for model_type qwen3), checked against
+    AutoTokenizer itself."""
+    import transformers
+    directory = workdir / "qwen3"
+    build_qwen2(directory)
+    tok = transformers.Qwen2Tokenizer.from_pretrained(str(directory), eos_token="<|im_end|>")
+    tok.save_pretrained(str(directory))
+    with open(directory / "config.json", "w") as f:
+        json.dump({"model_type": "qwen3"}, f)
+    auto = transformers.AutoTokenizer.from_pretrained(str(directory))
+    assert type(auto).__name__ == "Qwen2Tokenizer"
+    out = check(AutoOracle(auto), directory, random_id_lists(len(auto), seed=12))
+    assert out["eos"] == auto.convert_tokens_to_ids("<|im_end|>")
+    assert out["bos"] is None
+
+
+def test_unusable_tokenizer_json_is_not_skipped(workdir):
+    """tokenizer.json wins even when kvserve cannot use it: the error names
+    the file and the field, and tokenizer.model beside it is not tried."""
+    directory = workdir / "no_fallback"
+    train_sp_bpe(directory)
+    convert_with_transformers(directory, "LlamaTokenizer")
+    spec = json.load(open(directory / "tokenizer.json", encoding="utf-8"))
+    spec["pre_tokenizer"]["prepend_scheme"] = "sometimes"
+    path = write_json(directory, spec)
+    assert "error" not in run_driver(directory / "tokenizer.model", ["hi"], [])
+    out = run_driver(directory, ["hi"], [])
+    assert "error" in out
+    for word in [path, "pre_tokenizer", "prepend_scheme", "sometimes"]:
+        assert word in out["error"], out["error"]
