@@ -1,6 +1,7 @@
 """kvserve's engine against Hugging Face transformers (the oracle no one here wrote).
 
-Each test builds a small randomly initialised Llama / Qwen2 / Mistral model with
+Each test builds a small randomly initialised Llama / Qwen2 / Mistral / Qwen3 /
+Phi-3 / Gemma 2 / Gemma 3 model with
 transformers, saves it with save_pretrained (safetensors), loads it with
 kvserve's engine through the oracle driver, and checks:
   * the logits of all 64 prompt tokens agree with transformers' fp32 logits
