@@ -26,12 +26,8 @@ ModelConfig ByteLevelLlama() {
   return c;
 }
 
-constexpr char kTinyFamilies[] = "tiny-qwen3, tiny-phi3, tiny-gemma2, tiny-gemma3";
-
-// builtin:tiny's shape (2 layers, hidden 64, 4 / 2 heads of 16) with each new
-// family's features switched on, so the invariance tests run every code path
-// of the runner. Sliding windows (24, 40) are shorter than the tests' sequences.
-absl::StatusOr<ModelConfig> TinyOfFamily(std::string_view name) {
+// builtin:tiny: 2 layers, hidden 64, 4 query / 2 KV heads of 16.
+ModelConfig TinyLlama() {
   ModelConfig c = ByteLevelLlama();
   c.hidden_size = 64;
   c.intermediate_size = 128;
@@ -39,6 +35,16 @@ absl::StatusOr<ModelConfig> TinyOfFamily(std::string_view name) {
   c.num_heads = 4;
   c.num_kv_heads = 2;
   c.head_dim = 16;
+  return c;
+}
+
+constexpr char kTinyFamilies[] = "tiny-qwen3, tiny-phi3, tiny-gemma2, tiny-gemma3";
+
+// builtin:tiny's shape (2 layers, hidden 64, 4 / 2 heads of 16) with each new
+// family's features switched on, so the invariance tests run every code path
+// of the runner. Sliding windows (24, 40) are shorter than the tests' sequences.
+absl::StatusOr<ModelConfig> TinyOfFamily(std::string_view name) {
+  ModelConfig c = TinyLlama();
   if (name == "tiny-qwen3") {
     c.architecture = "Qwen3ForCausalLM";
     c.model_type = "qwen3";
@@ -214,15 +220,9 @@ std::vector<BuiltinTensorSpec> BuiltinTensorSpecs(const ModelConfig& c) {
 bool IsDeviceOnlyBuiltin(std::string_view name) { return name == "llama3-8b"; }
 
 absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
+  if (name == "tiny") return TinyLlama();
   ModelConfig c = ByteLevelLlama();
-  if (name == "tiny") {
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.num_layers = 2;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 16;
-  } else if (name == "small") {
+  if (name == "small") {
     c.hidden_size = 576;
     c.intermediate_size = 1536;
     c.num_layers = 30;

@@ -8,25 +8,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/loader/config_parse_util.h"
 
 namespace kvserve::engine {
 namespace {
 
+using ::kvserve::engine::testing::Parse;
+using ::kvserve::engine::testing::ParseError;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
-
-absl::StatusOr<ModelConfig> Parse(const Json& json) {
-  return ParseModelConfig(json, "config.json");
-}
-
-std::string ParseError(const Json& json) {
-  absl::StatusOr<ModelConfig> c = Parse(json);
-  EXPECT_FALSE(c.ok()) << "parsed unexpectedly";
-  if (c.ok()) return "";
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  return std::string(c.status().message());
-}
 
 // Qwen/Qwen3-0.6B.
 Json Qwen3() {

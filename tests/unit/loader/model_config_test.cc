@@ -5,11 +5,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/loader/config_parse_util.h"
 #include "tests/unit/loader/test_files.h"
 
 namespace kvserve::engine {
 namespace {
 
+using ::kvserve::engine::testing::Parse;
+using ::kvserve::engine::testing::ParseError;
 using ::kvserve::engine::testing::TempDir;
 using ::kvserve::engine::testing::WriteFile;
 using ::testing::ElementsAre;
@@ -151,20 +154,6 @@ Json MinimalLlama() {
     "num_hidden_layers": 2, "num_attention_heads": 8, "max_position_embeddings": 4096,
     "rms_norm_eps": 1e-05, "rope_scaling": null, "bos_token_id": 1, "eos_token_id": 2
   })");
-}
-
-absl::StatusOr<ModelConfig> Parse(const Json& json) {
-  return ParseModelConfig(json, "config.json");
-}
-
-// The error message of parsing `json` (fails the test when it parses).
-std::string ParseError(const Json& json) {
-  absl::StatusOr<ModelConfig> c = Parse(json);
-  EXPECT_FALSE(c.ok()) << "parsed unexpectedly";
-  if (c.ok()) return "";
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  const absl::string_view message = c.status().message();
-  return {message.data(), message.size()};
 }
 
 TEST(ModelConfigTest, Llama31Transformers4Format) {
