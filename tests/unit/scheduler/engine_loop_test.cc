@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <random>
 #include <thread>
@@ -121,16 +122,26 @@ TEST(EngineLoopTest, AbortAtEveryStageReturnsEveryBlock) {
   EXPECT_EQ(o1.finish_reason, FinishReason::kAborted);
   EXPECT_EQ(o1.usage.completion_tokens, 0);
 
-  // Running: after its first tokens.
+  // Running: after its first token. The engine thread is held inside the
+  // first token's callback until the abort is queued, so the request cannot
+  // run to completion first however the threads are scheduled.
   auto q2 = OutputQueue::Create();
-  auto id2 = loop->Submit(Params(2, 40, 400), q2->Callback());
+  std::promise<void> abort_queued;
+  std::shared_future<void> abort_queued_future = abort_queued.get_future().share();
+  OutputCallback forward = q2->Callback();
+  auto id2 = loop->Submit(Params(2, 40, 400), [&, forward, outputs = 0](RequestOutput&& out) mutable {
+    forward(std::move(out));
+    if (++outputs == 1) abort_queued_future.wait();
+  });
   ASSERT_TRUE(id2.ok());
   RequestOutput first = q2->Pop();
   EXPECT_FALSE(first.finished);
   loop->Abort(*id2);
+  abort_queued.set_value();
   OutputQueue::Collected rest = q2->Collect();
   EXPECT_EQ(rest.final.finish_reason, FinishReason::kAborted);
-  EXPECT_LT(rest.final.usage.completion_tokens, 400);
+  // The abort is applied before the next step: no token after the first.
+  EXPECT_EQ(rest.final.usage.completion_tokens, 1);
 
   // Just finished, unknown: no-ops.
   auto q3 = OutputQueue::Create();
@@ -154,16 +165,38 @@ TEST(EngineLoopTest, AbortMidPrefillReturnsEveryBlock) {
   c.num_blocks = 140;
   auto loop = MakeLoop(c);
   loop->Start();
-  // A 1000-token prompt takes 250 steps to prefill at 4 tokens per step.
+  // A short request decodes one token per step beside the long prompt's
+  // prefill chunks. Its callbacks hold the engine thread at two points, so
+  // the abort lands mid-prefill however the threads are scheduled: at its
+  // first token until the long request is submitted, at its tenth until the
+  // abort is queued (by then the long prompt has prefilled ~27 tokens of 1000).
+  std::promise<void> long_submitted, paused, abort_queued;
+  std::shared_future<void> long_submitted_f = long_submitted.get_future().share();
+  std::shared_future<void> abort_queued_f = abort_queued.get_future().share();
+  auto pacer_q = OutputQueue::Create();
+  OutputCallback forward = pacer_q->Callback();
+  auto pacer = loop->Submit(Params(8, 2, 20), [&, forward, outputs = 0](RequestOutput&& out) mutable {
+    forward(std::move(out));
+    ++outputs;
+    if (outputs == 1) long_submitted_f.wait();
+    if (outputs == 10) {
+      paused.set_value();
+      abort_queued_f.wait();
+    }
+  });
+  ASSERT_TRUE(pacer.ok());
   auto q = OutputQueue::Create();
   auto id = loop->Submit(Params(9, 1000, 4), q->Callback());
   ASSERT_TRUE(id.ok());
-  EXPECT_TRUE(
-      WaitForStats(*loop, [](const SchedulerStats& s) { return s.kv.pool.num_in_use > 2; }));
+  long_submitted.set_value();
+  paused.get_future().wait();
+  EXPECT_GT(loop->Stats().kv.pool.num_in_use, 2);  // both requests hold blocks
   loop->Abort(*id);
+  abort_queued.set_value();
   const OutputQueue::Collected out = q->Collect();
   EXPECT_EQ(out.final.finish_reason, FinishReason::kAborted);
   EXPECT_TRUE(out.token_ids.empty());
+  EXPECT_EQ(pacer_q->Collect().final.finish_reason, FinishReason::kLength);
   EXPECT_TRUE(
       WaitForStats(*loop, [](const SchedulerStats& s) { return s.kv.pool.num_in_use == 0; }));
   loop->Stop();
