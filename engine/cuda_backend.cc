@@ -1,5 +1,7 @@
 #include "engine/cuda_backend.h"
 
+#include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,30 +14,16 @@
 namespace kvserve::engine {
 
 absl::Status CheckCudaSupports(const ModelConfig& c) {
-  // The CUDA runner is the Llama-family forward pass (Llama, Mistral, Qwen2):
-  // separate q/k/v and gate/up tensors, SiLU, plain RMSNorm, full rotary with
-  // default/linear/llama3 scaling, one window for every layer.
-  const std::pair<bool, const char*> features[] = {
-      {c.qk_norm, "per-head q/k RMSNorm (q_norm / k_norm)"},
-      {c.model_type == "phi3", "fused qkv_proj / gate_up_proj checkpoint tensors"},
-      {c.partial_rotary_factor != 1.0, "partial rotary (partial_rotary_factor)"},
-      {c.rope_scaling.type == RopeScaling::Type::kLongRope, "longrope rope scaling"},
-      {c.hidden_act != Activation::kSilu, "the gelu_pytorch_tanh MLP activation"},
-      {c.norm_weight_plus_one || c.sandwich_norms, "Gemma's (1 + w) and sandwich RMSNorms"},
-      {c.scale_embeddings, "embedding scaling by sqrt(hidden_size)"},
-      {c.attn_logit_softcapping > 0.0, "attention logit soft-capping"},
-      {c.final_logit_softcapping > 0.0, "final logit soft-capping"},
-      {c.query_pre_attn_scalar > 0.0, "query_pre_attn_scalar"},
-      {!c.sliding_layers.empty(), "per-layer sliding windows (layer_types)"},
-      {c.local_rope_theta > 0.0, "a separate rope for sliding layers (rope_local_base_freq)"},
-  };
-  for (const auto& [used, feature] : features) {
-    if (used) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(c.architecture, " (model_type ", c.model_type, ") uses ", feature,
-                       ", which the CUDA backend does not implement; the CPU backend serves "
-                       "this model (--backend=cpu)"));
-    }
+  // The CUDA runner implements every family feature the loader accepts (q/k
+  // norms, fused Phi-3 tensors, partial and longrope rotary, GeGLU, Gemma's
+  // norms, embedding scale, soft-capping, per-layer windows and ropes). What
+  // it lacks are head sizes its attention kernels are not instantiated for.
+  constexpr int64_t kHeadDims[] = {16, 32, 64, 80, 96, 128, 256};  // paged_attention.h
+  if (std::find(std::begin(kHeadDims), std::end(kHeadDims), c.head_dim) == std::end(kHeadDims)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.architecture, " (model_type ", c.model_type, ") has head_dim ", c.head_dim,
+        ", which the CUDA attention kernels do not implement (16, 32, 64, 80, 96, 128 or 256); "
+        "the CPU backend serves this model (--backend=cpu)"));
   }
   return absl::OkStatus();
 }

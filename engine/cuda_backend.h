@@ -77,12 +77,11 @@ struct CudaBackendApi {
       const Model& model, const CudaRunnerOptions& options) = nullptr;
 };
 
-// OK when the CUDA runner implements every feature `config` uses; otherwise
-// InvalidArgument naming the first feature it lacks (q/k norms, Phi-3's
-// fused tensors, partial rotary, longrope, GELU, Gemma's norms, embedding
-// scale, soft-capping, query_pre_attn_scalar, per-layer windows or rope) and
-// saying that --backend=cpu serves the model. CudaModelRunner::Create calls
-// it first; it needs no GPU.
+// OK when the CUDA runner implements every feature `config` uses (all the
+// family features the loader accepts); otherwise InvalidArgument naming what
+// it lacks (a head_dim the attention kernels are not built for) and saying
+// that --backend=cpu serves the model. CudaModelRunner::Create calls it
+// first; it needs no GPU.
 absl::Status CheckCudaSupports(const ModelConfig& config);
 
 // Loads the module once per process: $KVSERVE_CUDA_BACKEND_MODULE, else where

@@ -57,6 +57,9 @@ absl::StatusOr<ElemType> ServingDtype(const Model& model, const std::string& req
   return model.name == "builtin:llama3-8b" ? ElemType::kBF16 : ElemType::kF32;
 }
 
+// Gemma's RMSNorms multiply by 1 + w (added in fp32 inside the kernels).
+float NormOffset(const ModelConfig& c) { return c.norm_weight_plus_one ? 1.0f : 0.0f; }
+
 const void* At(const void* base, int64_t elems, ElemType t) {
   return static_cast<const char*>(base) + elems * static_cast<int64_t>(ElemSize(t));
 }
@@ -85,7 +88,8 @@ struct CudaModelRunner::Impl {
   std::string device_name;
   cudaStream_t stream = nullptr;
   cuda::DeviceWeights weights;
-  DeviceBuffer inv_freq;  // [head_dim / 2] fp32
+  DeviceBuffer inv_freq;        // [rotary_dim / 2] fp32
+  DeviceBuffer local_inv_freq;  // Gemma 3 sliding layers' rope; empty otherwise
   DeviceBuffer kv;        // every layer's K then V, engine/kv_cache.h layout
   std::vector<void*> k_cache, v_cache;
   int64_t num_blocks = 0;
@@ -154,6 +158,15 @@ absl::Status CudaModelRunner::Impl::Init() {
   KVSERVE_RETURN_IF_CUDA_ERROR(cudaMemcpy(inv_freq.get(), model.rope_inv_freq.data(),
                                           inv_freq.bytes(), cudaMemcpyHostToDevice),
                                "uploading rope frequencies");
+  if (!model.local_rope_inv_freq.empty()) {
+    auto local = DeviceBuffer::Allocate(model.local_rope_inv_freq.size() * sizeof(float), "rope");
+    if (!local.ok()) return local.status();
+    local_inv_freq = std::move(*local);
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        cudaMemcpy(local_inv_freq.get(), model.local_rope_inv_freq.data(), local_inv_freq.bytes(),
+                   cudaMemcpyHostToDevice),
+        "uploading the local rope frequencies");
+  }
 
   if (cublasStatus_t st = cublasLtCreate(&cublas.handle); st != CUBLAS_STATUS_SUCCESS) {
     cublas.handle = nullptr;
@@ -257,9 +270,15 @@ absl::StatusOr<StepOutput> CudaModelRunner::Impl::Step(const StepInput& in) {
   KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::EmbeddingLookup(weights.embed_tokens, dtype, hidden,
                                                               b.token_ids, n, b.residual, stream),
                                "embedding lookup");
+  if (c.scale_embeddings) {  // Gemma: times hidden_size**0.5, as the CPU runner
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::ScaleF32(b.residual, n * hidden,
+                                static_cast<float>(std::sqrt(static_cast<double>(hidden))), stream),
+        "embedding scaling");
+  }
   KVSERVE_RETURN_IF_CUDA_ERROR(
       kernels::cuda::RmsNorm(b.residual, weights.layers[0].input_norm, dtype, b.normed, dtype, n,
-                             hidden, eps, stream),
+                             hidden, eps, stream, NormOffset(c)),
       "input norm");
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     if (absl::Status s = RunLayer(layer, shape, b); !s.ok()) return s;
@@ -277,6 +296,12 @@ absl::StatusOr<StepOutput> CudaModelRunner::Impl::Step(const StepInput& in) {
                                 b.logits, ElemType::kF32, "lm_head");
         !s.ok()) {
       return s;
+    }
+    if (c.final_logit_softcapping > 0.0) {
+      KVSERVE_RETURN_IF_CUDA_ERROR(
+          kernels::cuda::SoftCapF32(b.logits, rows * c.vocab_size,
+                                    static_cast<float>(c.final_logit_softcapping), stream),
+          "final logit soft-capping");
     }
     if (shape.sampling) {
       const kernels::cuda::CudaSamplingParams sp{.logits = b.logits,
@@ -304,9 +329,11 @@ absl::StatusOr<StepOutput> CudaModelRunner::Impl::Step(const StepInput& in) {
   return out;
 }
 
-// One decoder layer. On entry b.normed = input_norm(residual); on exit the
-// residual has both sublayers added and b.normed = the next norm of it (the
-// next layer's input norm, or the final norm after the last layer).
+// One decoder layer, the CPU runner's (engine/model_runner.cc) step for step.
+// On entry b.normed = input_norm(residual); on exit the residual has both
+// sublayers added and b.normed = the next norm of it (the next layer's input
+// norm, or the final norm after the last layer). Gemma (sandwich_norms) norms
+// each sublayer's output (in place, in the serving dtype) before the add.
 absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& shape,
                                              const cuda::StepBuffers& b) {
   const ModelConfig& c = model.config;
@@ -322,26 +349,40 @@ absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& sha
   void* q = b.qkv;
   void* k = At(b.qkv, q_width, dtype);
   void* v = At(b.qkv, q_width + kv_width, dtype);
+  const float norm_offset = NormOffset(c);
 
   if (absl::Status s =
           Linear(b.normed, n, lw.qkv, lw.qkv_bias, qkv_width, hidden, b.qkv, dtype, "qkv_proj");
       !s.ok()) {
     return s;
   }
+  if (c.qk_norm) {  // Qwen3, Gemma 3: per-head norms before RoPE
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::HeadRmsNorm(q, dtype, qkv_width, n, c.num_heads, lw.q_norm, d, eps,
+                                   norm_offset, stream),
+        "q norm");
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::HeadRmsNorm(k, dtype, qkv_width, n, c.num_kv_heads, lw.k_norm, d, eps,
+                                   norm_offset, stream),
+        "k norm");
+  }
+  const bool local_rope = c.LayerUsesLocalRope(layer);
   KVSERVE_RETURN_IF_CUDA_ERROR(
-      kernels::cuda::ApplyRope({.dtype = dtype,
-                                .q = q,
-                                .k = k,
-                                .q_stride = qkv_width,
-                                .k_stride = qkv_width,
-                                .positions = b.positions,
-                                .inv_freq = static_cast<const float*>(inv_freq.get()),
-                                .attention_scaling = 1.0f,
-                                .num_tokens = static_cast<int>(n),
-                                .num_heads = static_cast<int>(c.num_heads),
-                                .num_kv_heads = static_cast<int>(c.num_kv_heads),
-                                .head_dim = static_cast<int>(d)},
-                               stream),
+      kernels::cuda::ApplyRope(
+          {.dtype = dtype,
+           .q = q,
+           .k = k,
+           .q_stride = qkv_width,
+           .k_stride = qkv_width,
+           .positions = b.positions,
+           .inv_freq = static_cast<const float*>(local_rope ? local_inv_freq.get() : inv_freq.get()),
+           .attention_scaling = local_rope ? 1.0f : model.rope_attention_scaling,
+           .num_tokens = static_cast<int>(n),
+           .num_heads = static_cast<int>(c.num_heads),
+           .num_kv_heads = static_cast<int>(c.num_kv_heads),
+           .head_dim = static_cast<int>(d),
+           .rotary_dim = static_cast<int>(c.RotaryDim())},
+          stream),
       "rope");
   KVSERVE_RETURN_IF_CUDA_ERROR(
       kernels::cuda::WriteKvCache({.dtype = dtype,
@@ -378,8 +419,9 @@ absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& sha
            .block_ids = b.block_ids,
            .max_query_len = shape.max_query_len,
            .max_seq_len = shape.max_seq_len,
-           .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
-           .sliding_window = static_cast<int>(c.sliding_window),
+           .scale = c.AttentionScale(),
+           .sliding_window = static_cast<int>(c.LayerSlidingWindow(layer)),
+           .softcap = static_cast<float>(c.attn_logit_softcapping),
            .batch_invariant = options.batch_invariant,
            .workspace = b.attention_workspace,
            .workspace_bytes = b.attention_workspace_bytes},
@@ -390,27 +432,43 @@ absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& sha
       !s.ok()) {
     return s;
   }
+  if (c.sandwich_norms) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::HeadRmsNorm(b.proj, dtype, hidden, n, 1, lw.attn_output_norm, hidden, eps,
+                                   norm_offset, stream),
+        "attention output norm");
+  }
   KVSERVE_RETURN_IF_CUDA_ERROR(
-      kernels::cuda::AddRmsNorm(b.residual, b.proj, lw.post_attention_norm, dtype, b.normed, dtype,
-                                n, hidden, eps, stream),
-      "post-attention norm");
+      kernels::cuda::AddRmsNorm(b.residual, b.proj, lw.mlp_input_norm, dtype, b.normed, dtype, n,
+                                hidden, eps, stream, norm_offset),
+      "mlp input norm");
   if (absl::Status s = Linear(b.normed, n, lw.gate_up, nullptr, 2 * inter, hidden, b.gate_up, dtype,
                               "gate_up_proj");
       !s.ok()) {
     return s;
   }
-  KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::SiluMul(b.gate_up, b.act, dtype, n, inter, stream),
-                               "silu");
+  KVSERVE_RETURN_IF_CUDA_ERROR(
+      c.hidden_act == Activation::kGeluTanh
+          ? kernels::cuda::GeluTanhMul(b.gate_up, b.act, dtype, n, inter, stream)
+          : kernels::cuda::SiluMul(b.gate_up, b.act, dtype, n, inter, stream),
+      "gated activation");
   if (absl::Status s =
           Linear(b.act, n, lw.down, nullptr, hidden, inter, b.proj, dtype, "down_proj");
       !s.ok()) {
     return s;
   }
+  if (c.sandwich_norms) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::HeadRmsNorm(b.proj, dtype, hidden, n, 1, lw.mlp_output_norm, hidden, eps,
+                                   norm_offset, stream),
+        "mlp output norm");
+  }
   const bool last = layer + 1 == c.num_layers;
   const void* next_norm = last ? weights.final_norm : weights.layers[layer + 1].input_norm;
-  KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::AddRmsNorm(b.residual, b.proj, next_norm, dtype,
-                                                         b.normed, dtype, n, hidden, eps, stream),
-                               "post-mlp norm");
+  KVSERVE_RETURN_IF_CUDA_ERROR(
+      kernels::cuda::AddRmsNorm(b.residual, b.proj, next_norm, dtype, b.normed, dtype, n, hidden,
+                                eps, stream, norm_offset),
+      "post-mlp norm");
   return absl::OkStatus();
 }
 

@@ -39,6 +39,7 @@ int64_t Elements(const std::vector<int64_t>& shape) {
 std::vector<Slot> Layout(const ModelConfig& c, DeviceWeights& w) {
   const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const int64_t q_rows = c.num_heads * d, kv_rows = c.num_kv_heads * d;
+  const bool fused = c.model_type == "phi3";  // as engine/model_weights.cc
   std::vector<Slot> slots;
   slots.push_back({{{"model.embed_tokens.weight", {c.vocab_size, h}}}, &w.embed_tokens, false});
   w.layers.resize(c.num_layers);
@@ -46,10 +47,14 @@ std::vector<Slot> Layout(const ModelConfig& c, DeviceWeights& w) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     DeviceLayerWeights& l = w.layers[i];
     slots.push_back({{{p + "input_layernorm.weight", {h}}}, &l.input_norm});
-    slots.push_back({{{p + "self_attn.q_proj.weight", {q_rows, h}},
-                      {p + "self_attn.k_proj.weight", {kv_rows, h}},
-                      {p + "self_attn.v_proj.weight", {kv_rows, h}}},
-                     &l.qkv});
+    if (fused) {
+      slots.push_back({{{p + "self_attn.qkv_proj.weight", {q_rows + 2 * kv_rows, h}}}, &l.qkv});
+    } else {
+      slots.push_back({{{p + "self_attn.q_proj.weight", {q_rows, h}},
+                        {p + "self_attn.k_proj.weight", {kv_rows, h}},
+                        {p + "self_attn.v_proj.weight", {kv_rows, h}}},
+                       &l.qkv});
+    }
     if (c.qkv_bias) {
       slots.push_back({{{p + "self_attn.q_proj.bias", {q_rows}},
                         {p + "self_attn.k_proj.bias", {kv_rows}},
@@ -58,10 +63,24 @@ std::vector<Slot> Layout(const ModelConfig& c, DeviceWeights& w) {
     }
     slots.push_back({{{p + "self_attn.o_proj.weight", {h, q_rows}}}, &l.o_proj});
     if (c.o_proj_bias) slots.push_back({{{p + "self_attn.o_proj.bias", {h}}}, &l.o_proj_bias});
-    slots.push_back({{{p + "post_attention_layernorm.weight", {h}}}, &l.post_attention_norm});
-    slots.push_back(
-        {{{p + "mlp.gate_proj.weight", {inter, h}}, {p + "mlp.up_proj.weight", {inter, h}}},
-         &l.gate_up});
+    if (c.qk_norm) {
+      slots.push_back({{{p + "self_attn.q_norm.weight", {d}}}, &l.q_norm});
+      slots.push_back({{{p + "self_attn.k_norm.weight", {d}}}, &l.k_norm});
+    }
+    if (c.sandwich_norms) {  // Gemma
+      slots.push_back({{{p + "post_attention_layernorm.weight", {h}}}, &l.attn_output_norm});
+      slots.push_back({{{p + "pre_feedforward_layernorm.weight", {h}}}, &l.mlp_input_norm});
+      slots.push_back({{{p + "post_feedforward_layernorm.weight", {h}}}, &l.mlp_output_norm});
+    } else {
+      slots.push_back({{{p + "post_attention_layernorm.weight", {h}}}, &l.mlp_input_norm});
+    }
+    if (fused) {
+      slots.push_back({{{p + "mlp.gate_up_proj.weight", {2 * inter, h}}}, &l.gate_up});
+    } else {
+      slots.push_back(
+          {{{p + "mlp.gate_proj.weight", {inter, h}}, {p + "mlp.up_proj.weight", {inter, h}}},
+           &l.gate_up});
+    }
     slots.push_back({{{p + "mlp.down_proj.weight", {h, inter}}}, &l.down});
   }
   slots.push_back({{{"model.norm.weight", {h}}}, &w.final_norm});

@@ -8,8 +8,10 @@
 //   qkv:     rows [0, H*D) = q_proj, [H*D, (H+KV)*D) = k_proj, then v_proj
 //   gate_up: rows [0, I) = gate_proj, [I, 2I) = up_proj
 //
-// Norm weights and biases are stored in the same dtype. A tied lm_head points
-// at the embedding table.
+// Phi-3 checkpoints hold these fused already (qkv_proj, gate_up_proj) in the
+// same row order. Norm weights and biases are stored in the same dtype, as
+// the checkpoint has them (Gemma's 1 + w is added inside the norm kernels).
+// A tied lm_head points at the embedding table.
 //
 // Ownership: DeviceWeights owns the allocation; the pointers below point into
 // it and live as long as it does.
@@ -32,7 +34,11 @@ struct DeviceLayerWeights {
   void* qkv_bias = nullptr;             // [(H + 2 KV) * D] or nullptr
   void* o_proj = nullptr;               // [hidden, H * D]
   void* o_proj_bias = nullptr;          // [hidden] or nullptr
-  void* post_attention_norm = nullptr;  // [hidden]
+  void* q_norm = nullptr;               // [D], qk_norm models (Qwen3, Gemma 3)
+  void* k_norm = nullptr;               // [D]
+  void* attn_output_norm = nullptr;     // [hidden], sandwich_norms (Gemma)
+  void* mlp_input_norm = nullptr;       // [hidden]
+  void* mlp_output_norm = nullptr;      // [hidden], sandwich_norms (Gemma)
   void* gate_up = nullptr;              // [2 I, hidden]
   void* down = nullptr;                 // [hidden, I]
 };

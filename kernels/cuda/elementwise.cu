@@ -160,12 +160,17 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return scratch[kRowWarps];
 }
 
+// The factor a norm multiplies by: w, or offset + w in fp32 (Gemma's 1 + w).
+__device__ __forceinline__ float NormWeight(float w, float offset) {
+  return offset == 0.0f ? w : __fadd_rn(offset, w);
+}
+
 // residual (or x) [rows, dim] fp32; kAdd: residual[r] += float(add[r]) first.
 // vec: dim % kVec == 0 and every pointer 16-byte aligned (then every row is).
 template <bool kAdd, typename W, typename Y>
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormKernel(float* __restrict__ x, const Y* __restrict__ add, const W* __restrict__ weight,
-                  Y* __restrict__ y, int64_t dim, float eps, bool vec) {
+                  Y* __restrict__ y, int64_t dim, float eps, float weight_offset, bool vec) {
   __shared__ float scratch[kRowWarps + 1];
   const int64_t row = blockIdx.x;
   float* xr = x + row * dim;
@@ -207,12 +212,15 @@ __global__ void __launch_bounds__(kRowThreads)
       Load8(xr + g * kVec, v);
       Load8(weight + g * kVec, w);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] = __fmul_rn(__fmul_rn(v[j], inv), w[j]);
+      for (int j = 0; j < kVec; ++j) {
+        v[j] = __fmul_rn(__fmul_rn(v[j], inv), NormWeight(w[j], weight_offset));
+      }
       Store8(yr + g * kVec, v);
     }
   } else {
     for (int64_t d = threadIdx.x; d < dim; d += kRowThreads) {
-      yr[d] = FromFloat<Y>(__fmul_rn(__fmul_rn(xr[d], inv), ToFloat(weight[d])));
+      yr[d] = FromFloat<Y>(
+          __fmul_rn(__fmul_rn(xr[d], inv), NormWeight(ToFloat(weight[d]), weight_offset)));
     }
   }
 }
@@ -220,7 +228,7 @@ __global__ void __launch_bounds__(kRowThreads)
 template <bool kAdd>
 cudaError_t LaunchRmsNorm(float* x, const void* add, const void* weight, ElemType weight_type,
                           void* y, ElemType y_type, int64_t rows, int64_t dim, float eps,
-                          cudaStream_t stream) {
+                          float weight_offset, cudaStream_t stream) {
   if (x == nullptr || weight == nullptr || y == nullptr || (kAdd && add == nullptr) || rows < 0 ||
       rows > INT32_MAX || dim <= 0 || !ValidType(weight_type) || !ValidType(y_type)) {
     return cudaErrorInvalidValue;
@@ -234,10 +242,35 @@ cudaError_t LaunchRmsNorm(float* x, const void* add, const void* weight, ElemTyp
       using Y = decltype(y_tag);
       RmsNormKernel<kAdd, W, Y><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
           x, static_cast<const Y*>(add), static_cast<const W*>(weight), static_cast<Y*>(y), dim,
-          eps, vec);
+          eps, weight_offset, vec);
       return cudaGetLastError();
     });
   });
+}
+
+// One CTA per (token, head) row of head_dim elements, normed in place. The
+// sum of squares runs in the fixed BlockSum tree, as RmsNormKernel's.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    HeadRmsNormKernel(T* __restrict__ x, int64_t token_stride, int64_t num_heads,
+                      const T* __restrict__ weight, int64_t head_dim, float eps,
+                      float weight_offset) {
+  __shared__ float scratch[kRowWarps + 1];
+  const int64_t row = blockIdx.x;
+  const int64_t t = row / num_heads, h = row - t * num_heads;
+  T* xr = x + t * token_stride + h * head_dim;
+  float ss = 0.0f;
+  for (int64_t d = threadIdx.x; d < head_dim; d += kRowThreads) {
+    const float v = ToFloat(xr[d]);
+    ss = __fmaf_rn(v, v, ss);
+  }
+  ss = BlockSum(ss, scratch);  // every thread has read its elements before the barrier
+  const float inv =
+      __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(head_dim)), eps)));
+  for (int64_t d = threadIdx.x; d < head_dim; d += kRowThreads) {
+    xr[d] = FromFloat<T>(__fmul_rn(__fmul_rn(ToFloat(xr[d]), inv),
+                                   NormWeight(ToFloat(weight[d]), weight_offset)));
+  }
 }
 
 template <typename T>
@@ -270,7 +303,7 @@ __global__ void __launch_bounds__(kRopeThreads) RopeKernel(CudaRopeParams p) {
   __shared__ float cos_s[kMaxRopeHalf];
   __shared__ float sin_s[kMaxRopeHalf];
   const int t = blockIdx.x;
-  const int half = p.head_dim / 2;
+  const int half = (p.rotary_dim > 0 ? p.rotary_dim : p.head_dim) / 2;
   // fp32 angle as transformers (and the CPU kernel) computes it; the accurate
   // sincosf, then the scaling.
   const float pos = static_cast<float>(p.positions[t]);
@@ -358,11 +391,32 @@ __device__ __forceinline__ void Store16B(T* p, const float (&v)[kVec16<T>]) {
   }
 }
 
+// gelu_tanh(g) * u as the scalar CPU kernel: torch's tanh approximation,
+// beta = sqrt(2 / pi), kappa = 0.044715.
+__device__ __forceinline__ float GeluTanhTimes(float g, float u) {
+  constexpr float kBeta = 0.7978845608028654f;
+  constexpr float kKappa = 0.044715f;
+  const float cube = __fmul_rn(__fmul_rn(g, g), g);
+  const float inner = __fmul_rn(kBeta, __fadd_rn(g, __fmul_rn(kKappa, cube)));
+  return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner))), u);
+}
+
+enum class Gate { kSilu, kGeluTanh };
+
+template <Gate kGate>
+__device__ __forceinline__ float GateTimes(float g, float u) {
+  if constexpr (kGate == Gate::kSilu) {
+    return SiluTimes(g, u);
+  } else {
+    return GeluTanhTimes(g, u);
+  }
+}
+
 // vec: inter % kVec16<T> == 0 and both pointers 16-byte aligned.
-template <typename T>
+template <typename T, Gate kGate>
 __global__ void __launch_bounds__(kFlatThreads)
-    SiluMulKernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows, int64_t inter,
-                  bool vec) {
+    GatedMulKernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows, int64_t inter,
+                   bool vec) {
   if (vec) {
     constexpr int kN = kVec16<T>;
     const int64_t groups = inter / kN;
@@ -373,14 +427,14 @@ __global__ void __launch_bounds__(kFlatThreads)
       Load16B(g, gv);
       Load16B(g + inter, uv);
 #pragma unroll
-      for (int j = 0; j < kN; ++j) gv[j] = SiluTimes(gv[j], uv[j]);
+      for (int j = 0; j < kN; ++j) gv[j] = GateTimes<kGate>(gv[j], uv[j]);
       Store16B(out + r * inter + c, gv);
     }
   } else {
     for (int64_t w = FlatIndex(); w < rows * inter; w += FlatStride()) {
       const int64_t r = w / inter, c = w - r * inter;
       const T* g = gate_up + r * 2 * inter + c;
-      out[w] = FromFloat<T>(SiluTimes(ToFloat(g[0]), ToFloat(g[inter])));
+      out[w] = FromFloat<T>(GateTimes<kGate>(ToFloat(g[0]), ToFloat(g[inter])));
     }
   }
 }
@@ -412,6 +466,19 @@ __global__ void __launch_bounds__(kFlatThreads)
     }
   } else {
     for (int64_t i = FlatIndex(); i < n; i += FlatStride()) dst[i] = FromFloat<D>(ToFloat(src[i]));
+  }
+}
+
+__global__ void __launch_bounds__(kFlatThreads) ScaleKernel(float* __restrict__ x, int64_t n,
+                                                             float s) {
+  for (int64_t i = FlatIndex(); i < n; i += FlatStride()) x[i] = __fmul_rn(x[i], s);
+}
+
+// As the CPU: tanh(x / cap) * cap.
+__global__ void __launch_bounds__(kFlatThreads) SoftCapKernel(float* __restrict__ x, int64_t n,
+                                                               float cap) {
+  for (int64_t i = FlatIndex(); i < n; i += FlatStride()) {
+    x[i] = __fmul_rn(tanhf(__fdiv_rn(x[i], cap)), cap);
   }
 }
 
@@ -466,21 +533,43 @@ cudaError_t EmbeddingLookup(const void* table, ElemType table_type, int64_t dim,
 }
 
 cudaError_t RmsNorm(const float* x, const void* weight, ElemType weight_type, void* y,
-                    ElemType y_type, int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
+                    ElemType y_type, int64_t rows, int64_t dim, float eps, cudaStream_t stream,
+                    float weight_offset) {
   // x is only read (kAdd = false).
   return LaunchRmsNorm<false>(const_cast<float*>(x), nullptr, weight, weight_type, y, y_type, rows,
-                              dim, eps, stream);
+                              dim, eps, weight_offset, stream);
 }
 
 cudaError_t AddRmsNorm(float* residual, const void* x, const void* weight, ElemType weight_type,
                        void* y, ElemType y_type, int64_t rows, int64_t dim, float eps,
-                       cudaStream_t stream) {
-  return LaunchRmsNorm<true>(residual, x, weight, weight_type, y, y_type, rows, dim, eps, stream);
+                       cudaStream_t stream, float weight_offset) {
+  return LaunchRmsNorm<true>(residual, x, weight, weight_type, y, y_type, rows, dim, eps,
+                             weight_offset, stream);
+}
+
+cudaError_t HeadRmsNorm(void* x, ElemType type, int64_t token_stride, int64_t num_tokens,
+                        int64_t num_heads, const void* weight, int64_t head_dim, float eps,
+                        float weight_offset, cudaStream_t stream) {
+  if (x == nullptr || weight == nullptr || num_tokens < 0 || num_heads < 0 || head_dim <= 0 ||
+      token_stride < num_heads * head_dim || num_tokens * num_heads > INT32_MAX ||
+      !ValidType(type)) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_tokens == 0 || num_heads == 0) return cudaSuccess;
+  return DispatchType(type, [&](auto tag) {
+    using T = decltype(tag);
+    HeadRmsNormKernel<T><<<static_cast<unsigned>(num_tokens * num_heads), kRowThreads, 0, stream>>>(
+        static_cast<T*>(x), token_stride, num_heads, static_cast<const T*>(weight), head_dim, eps,
+        weight_offset);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t ApplyRope(const CudaRopeParams& p, cudaStream_t stream) {
+  const int rotary_dim = p.rotary_dim > 0 ? p.rotary_dim : p.head_dim;
   if (p.num_tokens < 0 || p.num_heads < 0 || p.num_kv_heads < 0 || p.head_dim <= 0 ||
-      p.head_dim % 2 != 0 || p.head_dim / 2 > kMaxRopeHalf || !ValidType(p.dtype)) {
+      p.head_dim % 2 != 0 || p.head_dim / 2 > kMaxRopeHalf || !ValidType(p.dtype) ||
+      p.rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > p.head_dim) {
     return cudaErrorInvalidValue;
   }
   if (p.num_tokens == 0 || p.num_heads + p.num_kv_heads == 0) return cudaSuccess;
@@ -490,7 +579,7 @@ cudaError_t ApplyRope(const CudaRopeParams& p, cudaStream_t stream) {
   }
   const size_t e = ElemSize(p.dtype);
   // Pairs of elements: every head start (and i + half) must be 2-aligned.
-  const bool pair = (p.head_dim / 2) % 2 == 0 && p.q_stride % 2 == 0 && p.k_stride % 2 == 0 &&
+  const bool pair = (rotary_dim / 2) % 2 == 0 && p.q_stride % 2 == 0 && p.k_stride % 2 == 0 &&
                     (p.q == nullptr || Aligned(p.q, 2 * e)) &&
                     (p.k == nullptr || Aligned(p.k, 2 * e));
   return DispatchType(p.dtype, [&](auto tag) {
@@ -504,8 +593,9 @@ cudaError_t ApplyRope(const CudaRopeParams& p, cudaStream_t stream) {
   });
 }
 
-cudaError_t SiluMul(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
-                    cudaStream_t stream) {
+template <Gate kGate>
+cudaError_t LaunchGatedMul(const void* gate_up, void* out, ElemType type, int64_t rows,
+                           int64_t inter, cudaStream_t stream) {
   if (gate_up == nullptr || out == nullptr || rows < 0 || inter <= 0 || !ValidType(type)) {
     return cudaErrorInvalidValue;
   }
@@ -514,10 +604,34 @@ cudaError_t SiluMul(const void* gate_up, void* out, ElemType type, int64_t rows,
     using T = decltype(tag);
     const bool vec = inter % kVec16<T> == 0 && Aligned(gate_up, 16) && Aligned(out, 16);
     const int64_t items = vec ? rows * (inter / kVec16<T>) : rows * inter;
-    SiluMulKernel<T><<<FlatBlocks(items), kFlatThreads, 0, stream>>>(
+    GatedMulKernel<T, kGate><<<FlatBlocks(items), kFlatThreads, 0, stream>>>(
         static_cast<const T*>(gate_up), static_cast<T*>(out), rows, inter, vec);
     return cudaGetLastError();
   });
+}
+
+cudaError_t SiluMul(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
+                    cudaStream_t stream) {
+  return LaunchGatedMul<Gate::kSilu>(gate_up, out, type, rows, inter, stream);
+}
+
+cudaError_t GeluTanhMul(const void* gate_up, void* out, ElemType type, int64_t rows,
+                        int64_t inter, cudaStream_t stream) {
+  return LaunchGatedMul<Gate::kGeluTanh>(gate_up, out, type, rows, inter, stream);
+}
+
+cudaError_t ScaleF32(float* x, int64_t n, float s, cudaStream_t stream) {
+  if (x == nullptr || n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  ScaleKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, n, s);
+  return cudaGetLastError();
+}
+
+cudaError_t SoftCapF32(float* x, int64_t n, float cap, cudaStream_t stream) {
+  if (x == nullptr || n < 0 || !(cap > 0.0f)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  SoftCapKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, n, cap);
+  return cudaGetLastError();
 }
 
 cudaError_t GatherRows(const void* src, const int32_t* indices, int64_t rows, int64_t row_bytes,

@@ -15,15 +15,27 @@ namespace kvserve::kernels::cuda {
 cudaError_t EmbeddingLookup(const void* table, ElemType table_type, int64_t dim, const int32_t* ids,
                             int64_t n, float* residual, cudaStream_t stream);
 
-// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight   (x fp32; weight [dim] of
-// weight_type; y of y_type)
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (weight_offset + weight)   (x fp32;
+// weight [dim] of weight_type; y of y_type). weight_offset is 1 for Gemma's
+// (1 + w) norms (added in fp32, as transformers does), 0 otherwise.
 cudaError_t RmsNorm(const float* x, const void* weight, ElemType weight_type, void* y,
-                    ElemType y_type, int64_t rows, int64_t dim, float eps, cudaStream_t stream);
+                    ElemType y_type, int64_t rows, int64_t dim, float eps, cudaStream_t stream,
+                    float weight_offset = 0.0f);
 
 // residual[r] += float(x[r]); y[r] = RmsNorm(residual[r])  (x of y_type)
 cudaError_t AddRmsNorm(float* residual, const void* x, const void* weight, ElemType weight_type,
                        void* y, ElemType y_type, int64_t rows, int64_t dim, float eps,
-                       cudaStream_t stream);
+                       cudaStream_t stream, float weight_offset = 0.0f);
+
+// In place, per head: for token t < num_tokens and head h < num_heads the
+// head_dim elements at x + t * token_stride + h * head_dim become
+// RmsNorm(them) * (weight_offset + weight), arithmetic in fp32 (weight
+// [head_dim] of x's type). Qwen3 / Gemma 3 q and k norms (num_heads heads of
+// the fused qkv row), and with num_heads = 1 Gemma's sandwich norms of a
+// sublayer's output. The CUDA twin of kernels/cpu HeadRmsNorm.
+cudaError_t HeadRmsNorm(void* x, ElemType type, int64_t token_stride, int64_t num_tokens,
+                        int64_t num_heads, const void* weight, int64_t head_dim, float eps,
+                        float weight_offset, cudaStream_t stream);
 
 // Rotary embedding, Hugging Face "rotate half" convention, in place, as
 // kernels/cpu/elementwise.h ApplyRope: angle = float(pos) * inv_freq[i] in
@@ -36,18 +48,32 @@ struct CudaRopeParams {
   int64_t q_stride = 0;
   int64_t k_stride = 0;
   const int32_t* positions = nullptr;  // [num_tokens]
-  const float* inv_freq = nullptr;     // [head_dim / 2]
+  const float* inv_freq = nullptr;     // [rotary_dim / 2]
   float attention_scaling = 1.0f;
   int num_tokens = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  // Partial rotary: only the first rotary_dim elements of each head rotate
+  // (pairs i, i + rotary_dim / 2); 0 means head_dim.
+  int rotary_dim = 0;
 };
 cudaError_t ApplyRope(const CudaRopeParams& p, cudaStream_t stream);
 
 // out[r][i] = silu(gate_up[r][i]) * gate_up[r][inter + i]; both of `type`.
 cudaError_t SiluMul(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
                     cudaStream_t stream);
+
+// out[r][i] = gelu_tanh(gate_up[r][i]) * gate_up[r][inter + i] (GeGLU with
+// torch's tanh-approximate GELU, as kernels/cpu GeluTanhMul).
+cudaError_t GeluTanhMul(const void* gate_up, void* out, ElemType type, int64_t rows,
+                        int64_t inter, cudaStream_t stream);
+
+// x[i] *= s for n fp32 values (Gemma's embedding scaling of the residual).
+cudaError_t ScaleF32(float* x, int64_t n, float s, cudaStream_t stream);
+
+// x[i] = tanh(x[i] / cap) * cap for n fp32 values (final logit soft-capping).
+cudaError_t SoftCapF32(float* x, int64_t n, float cap, cudaStream_t stream);
 
 // dst[r] = src[indices[r]] for rows of `row_bytes` bytes (gathers the rows
 // whose logits a step returns).

@@ -63,6 +63,9 @@ struct CudaPagedAttentionParams {
   int max_seq_len = 0;    // largest token_pos + 1 of any token
   float scale = 1.0f;
   int sliding_window = 0;  // 0: unlimited
+  // Attention logit soft-capping (Gemma 2): score = tanh(score / softcap) *
+  // softcap after the scale, before the mask and softmax; 0: none.
+  float softcap = 0.0f;
   bool batch_invariant = false;
   // Scratch for split-KV partials; at least PagedAttentionWorkspaceBytes().
   void* workspace = nullptr;

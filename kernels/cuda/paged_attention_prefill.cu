@@ -103,6 +103,10 @@ struct PrefillArgs {
   int block_log;
   int window;  // sliding window; INT_MAX when unlimited
   float scale_log2;
+  // Soft-capping: scores become softcap * tanh(score * softcap_scale) with
+  // softcap_scale = scale / softcap, and scale_log2 is then log2(e) alone.
+  float softcap;  // 0: none
+  float softcap_scale;
 };
 
 // ---- PTX wrappers. ldmatrix/cp.async are volatile so they stay between the
@@ -311,6 +315,17 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(const PrefillArgs a
       }
     }
 
+    if (a.softcap > 0.0f) {  // uniform per call
+#pragma unroll
+      for (int i = 0; i < kMT; ++i) {
+#pragma unroll
+        for (int t = 0; t < kNT; ++t) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[i][t][e] = a.softcap * tanhf(s[i][t][e] * a.softcap_scale);
+        }
+      }
+    }
+
     // Mask: key j is visible to a row at position p iff 0 <= p - j < window.
     const int key0 = n * S::kKeys;
     if (key0 + S::kKeys - 1 > pos_first || key0 < lo_last) {
@@ -457,7 +472,8 @@ cudaError_t PagedAttentionPrefill(const CudaPagedAttentionParams& p, cudaStream_
   if (d != 64 && d != 80 && d != 96 && d != 128 && d != 256) return cudaErrorInvalidValue;
   if (p.num_heads <= 0 || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 ||
       p.block_size < 1 || p.block_size > 64 || p.sliding_window < 0 || p.num_tokens < 0 ||
-      p.num_seqs < 0 || p.max_query_len < 0 || !(p.scale > 0.0f) || !std::isfinite(p.scale)) {
+      p.num_seqs < 0 || p.max_query_len < 0 || !(p.scale > 0.0f) || !std::isfinite(p.scale) ||
+      !(p.softcap >= 0.0f) || !std::isfinite(p.softcap)) {
     return cudaErrorInvalidValue;
   }
   if (p.num_tokens == 0 || p.num_seqs == 0 || p.max_query_len == 0) return cudaSuccess;
@@ -491,7 +507,9 @@ cudaError_t PagedAttentionPrefill(const CudaPagedAttentionParams& p, cudaStream_
   args.block_magic = static_cast<unsigned>(
       ((uint64_t{1} << 32) * ((uint64_t{1} << log) - p.block_size)) / p.block_size + 1);
   args.window = p.sliding_window > 0 ? p.sliding_window : INT_MAX;
-  args.scale_log2 = p.scale * kLog2e;
+  args.scale_log2 = p.softcap > 0.0f ? kLog2e : p.scale * kLog2e;
+  args.softcap = p.softcap;
+  args.softcap_scale = p.softcap > 0.0f ? p.scale / p.softcap : 0.0f;
   return p.dtype == ElemType::kBF16 ? DispatchHeadDim<__nv_bfloat16>(p, args, stream)
                                     : DispatchHeadDim<__half>(p, args, stream);
 }

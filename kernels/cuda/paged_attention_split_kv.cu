@@ -165,7 +165,8 @@ struct SplitKvArgs {
   int block_size;
   int num_splits;  // S of the workspace layout
   int sliding_window;
-  float scale_log2;  // scale * log2(e)
+  float scale_log2;    // scale * log2(e)
+  float softcap_log2;  // softcap * log2(e); 0: no soft-capping
 };
 
 // Resident CTAs per SM the register allocation must allow (more heads per
@@ -337,6 +338,18 @@ __global__ void __launch_bounds__(kThreads, SplitKvMinBlocks(kHeads))
         if (h >= heads) break;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) s[h][u] += __shfl_xor_sync(0xFFFFFFFFu, s[h][u], off);
+      }
+    }
+
+    // Soft-capping in the log2 domain: with s = log2(e) * score and
+    // C = log2(e) * cap, C * tanh(s / C) = log2(e) * cap * tanh(score / cap).
+    if (a.softcap_log2 > 0.0f) {  // uniform per call
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          s[h][u] = a.softcap_log2 * tanhf(s[h][u] / a.softcap_log2);
+        }
       }
     }
 
@@ -590,7 +603,7 @@ __global__ void __launch_bounds__(256) WriteKvKernel(const WriteKvArgs a) {
 cudaError_t PagedAttentionSplitKv(const CudaPagedAttentionParams& p, cudaStream_t stream) {
   if (p.num_tokens < 0 || p.num_heads <= 0 || p.num_kv_heads <= 0 ||
       p.num_heads % p.num_kv_heads != 0 || !SupportedHeadDim(p.head_dim) || p.block_size < 1 ||
-      p.block_size > 64 || p.sliding_window < 0) {
+      p.block_size > 64 || p.sliding_window < 0 || !(p.softcap >= 0.0f)) {
     return cudaErrorInvalidValue;
   }
   if (p.dtype != ElemType::kF32 && p.dtype != ElemType::kF16 && p.dtype != ElemType::kBF16) {
@@ -643,6 +656,7 @@ cudaError_t PagedAttentionSplitKv(const CudaPagedAttentionParams& p, cudaStream_
   args.num_splits = num_splits;
   args.sliding_window = p.sliding_window;
   args.scale_log2 = p.scale * kLog2e;
+  args.softcap_log2 = p.softcap * kLog2e;
 
   MergeArgs merge{};
   merge.out = p.out;

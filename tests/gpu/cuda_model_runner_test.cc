@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -24,13 +26,16 @@ namespace {
 constexpr int64_t kBlockSize = 16;
 constexpr int64_t kNumBlocks = 96;
 
-const Model& HostModel() {
-  static const Model* model = [] {
-    auto m = LoadModel("builtin:tiny");
+// Loaded once per name and kept for the process (runners hold references).
+const Model& HostModel(const std::string& name = "builtin:tiny") {
+  static auto* models = new std::map<std::string, std::unique_ptr<Model>>();
+  auto& slot = (*models)[name];
+  if (slot == nullptr) {
+    auto m = LoadModel(name);
     EXPECT_TRUE(m.ok()) << m.status();
-    return m->release();
-  }();
-  return *model;
+    if (m.ok()) slot = std::move(*m);
+  }
+  return *slot;
 }
 
 // A sequence as a scheduler keeps it, with blocks from a shuffled free list
@@ -90,8 +95,9 @@ int32_t Argmax(std::span<const float> row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-std::unique_ptr<CudaModelRunner> MakeCudaRunner(const std::string& dtype, bool invariant) {
-  auto r = CudaModelRunner::Create(HostModel(), CudaRunnerOptions{.block_size = kBlockSize,
+std::unique_ptr<CudaModelRunner> MakeCudaRunner(const std::string& dtype, bool invariant,
+                                                const std::string& model = "builtin:tiny") {
+  auto r = CudaModelRunner::Create(HostModel(model), CudaRunnerOptions{.block_size = kBlockSize,
                                                                   .num_blocks = kNumBlocks,
                                                                   .dtype = dtype,
                                                                   .batch_invariant = invariant,
@@ -107,10 +113,12 @@ std::unique_ptr<CudaModelRunner> MakeCudaRunner(const std::string& dtype, bool i
 
 // Runs the CPU and CUDA runners side by side over chunked prompts of 5, 54
 // and 97 tokens, then 32 batched greedy steps; compares every logits row.
-void CompareWithCpu(const std::string& dtype, double tolerance) {
-  auto gpu = MakeCudaRunner(dtype, false);
+void CompareWithCpu(const std::string& dtype, double tolerance,
+                    const std::string& model = "builtin:tiny") {
+  auto gpu = MakeCudaRunner(dtype, false, model);
   ASSERT_NE(gpu, nullptr);
-  ModelRunner cpu(HostModel(), RunnerOptions{.num_blocks = kNumBlocks, .block_size = kBlockSize});
+  ModelRunner cpu(HostModel(model),
+                  RunnerOptions{.num_blocks = kNumBlocks, .block_size = kBlockSize});
   std::vector<int32_t> all(kNumBlocks);
   std::iota(all.begin(), all.end(), 0);
   cpu.kv_cache().FillBlocks(all, std::nanf(""));
@@ -126,7 +134,7 @@ void CompareWithCpu(const std::string& dtype, double tolerance) {
     EXPECT_TRUE(h.ok()) << h.status();
     if (!g.ok() || !h.ok()) return {};
     const double err = gpu_test::RelativeError(g->logits, h->logits);
-    EXPECT_LE(err, tolerance) << dtype;
+    EXPECT_LE(err, tolerance) << dtype << " " << model;
     return h->logits;
   };
   // Prefill in chunks of 16 (chunked prefill over the paged cache).
@@ -150,7 +158,7 @@ void CompareWithCpu(const std::string& dtype, double tolerance) {
     logits = step_both(in);
     Advance(seqs, in);
   }
-  const int64_t vocab = HostModel().config.vocab_size;
+  const int64_t vocab = HostModel(model).config.vocab_size;
   for (int step = 0; step < 32 && !logits.empty(); ++step) {
     for (size_t q = 0; q < seqs.size(); ++q) {
       seqs[q]->tokens.push_back(Argmax(std::span<const float>(logits.data() + q * vocab, vocab)));
@@ -160,11 +168,12 @@ void CompareWithCpu(const std::string& dtype, double tolerance) {
     ASSERT_TRUE(g.ok()) << g.status();
     auto h = cpu.Step(in);
     ASSERT_TRUE(h.ok()) << h.status();
-    EXPECT_LE(gpu_test::RelativeError(g->logits, h->logits), tolerance) << "step " << step;
+    EXPECT_LE(gpu_test::RelativeError(g->logits, h->logits), tolerance)
+        << model << " step " << step;
     for (size_t q = 0; q < seqs.size(); ++q) {
       EXPECT_EQ(Argmax(std::span<const float>(g->logits.data() + q * vocab, vocab)),
                 Argmax(std::span<const float>(h->logits.data() + q * vocab, vocab)))
-          << dtype << " step " << step << " sequence " << q;
+          << dtype << " " << model << " step " << step << " sequence " << q;
     }
     logits = h->logits;
     Advance(seqs, in);
@@ -174,6 +183,21 @@ void CompareWithCpu(const std::string& dtype, double tolerance) {
 TEST(CudaModelRunner, Fp32MatchesCpuRunner) { CompareWithCpu("float32", 1e-4); }
 TEST(CudaModelRunner, Bf16WithinTolerance) { CompareWithCpu("bfloat16", 3e-2); }
 TEST(CudaModelRunner, Fp16WithinTolerance) { CompareWithCpu("float16", 1e-2); }
+
+// The other families through the same comparison: Qwen3's q/k norms, Phi-3's
+// fused tensors and longrope, Gemma 2's GeGLU, sandwich (1 + w) norms,
+// embedding scale and both soft-caps, Gemma 3's per-layer windows and ropes.
+class CudaFamilyTest : public ::testing::TestWithParam<const char*> {};
+TEST_P(CudaFamilyTest, Fp32MatchesCpuRunner) { CompareWithCpu("float32", 1e-4, GetParam()); }
+TEST_P(CudaFamilyTest, Bf16WithinTolerance) { CompareWithCpu("bfloat16", 3e-2, GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Families, CudaFamilyTest,
+                         ::testing::Values("builtin:tiny-qwen3", "builtin:tiny-phi3",
+                                           "builtin:tiny-gemma2", "builtin:tiny-gemma3"),
+                         [](const auto& info) {
+                           std::string name = std::string(info.param).substr(13);  // tiny-...
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // Batch-invariant mode: sequence A's decode logits are bit-identical whether
 // its prompt ran alone in one chunk or in chunks of 7 beside two others.

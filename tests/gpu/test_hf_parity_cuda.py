@@ -2,7 +2,8 @@
 
 For the small random Llama / Qwen2 / Mistral checkpoints of
 tests/oracle/test_hf_models.py (head dims the CUDA prefill kernel runs: 32 is
-served by split-KV, 64 by both kernels), kvserve_logits_driver with
+served by split-KV, 64 by both kernels), and the CPU oracle's Qwen3 / Phi-3 /
+Gemma 2 / Gemma 3 cases as they are, kvserve_logits_driver with
 "backend": "cuda" must give:
   * float32: logits within 1e-4 relative error of transformers' fp32 logits on
     the GPU, and the same 32 greedy tokens;
@@ -38,6 +39,9 @@ CASES = {
                             dict(head_dim=64, sliding_window=24, rope_theta=10000.0)),
     "llama_mqa_hd32": (oracle.transformers.LlamaConfig,
                        dict(head_dim=32, num_key_value_heads=1, attention_bias=True)),
+    # q/k norms, fused tensors, partial and longrope rotary, GeGLU, Gemma's
+    # norms, embedding scale, soft-capping, per-layer windows and ropes.
+    **{case: oracle.CASES[case] for case in oracle.NEW_ARCHITECTURES},
 }
 
 
