@@ -260,6 +260,130 @@ TEST(GpuElementwise, SiluMulMatchesCpu) {
   }
 }
 
+// ---- GeluTanhMul, HeadRmsNorm, soft-cap, scale, partial rope ----------------------
+
+TEST(GpuElementwise, GeluTanhMulMatchesCpu) {
+  std::mt19937 rng(15);
+  const int64_t rows = 17;
+  for (int64_t inter : {64, 100, 4104}) {
+    for (ElemType t : kTypes) {
+      SCOPED_TRACE("inter " + std::to_string(inter) + " " + Name(t));
+      const std::vector<float> gate_up =
+          Rounded(t, RandomVector(rows * 2 * inter, rng, -6.0f, 6.0f));
+      std::vector<float> ref(rows * inter);
+      kernels::GeluTanhMul(gate_up.data(), ref.data(), rows, inter, nullptr);
+      DeviceBuffer din = UploadAs(t, gate_up);
+      DeviceBuffer dout(rows * inter * cuda::ElemSize(t));
+      PoisonNaN(dout);
+      KVSERVE_CUDA_OK(cuda::GeluTanhMul(din.get(), dout.get(), t, rows, inter, nullptr));
+      KVSERVE_CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<float> out = DownloadAs(t, dout.get(), rows * inter);
+      EXPECT_LE(RelativeError(out, Rounded(t, ref)), Tolerance(t));
+    }
+  }
+}
+
+// Per-head norms of the q heads of fused qkv rows (k/v and padding untouched),
+// and Gemma's 1 + w, against the CPU HeadRmsNorm (which takes 1 + w folded).
+TEST(GpuElementwise, HeadRmsNormMatchesCpu) {
+  std::mt19937 rng(16);
+  const int64_t tokens = 9, heads = 6, head_dim = 48, stride = heads * head_dim + 40;
+  for (ElemType t : kTypes) {
+    for (float offset : {0.0f, 1.0f}) {
+      SCOPED_TRACE(Name(t) + " offset " + std::to_string(offset));
+      const std::vector<float> x = Rounded(t, RandomVector(tokens * stride, rng, -2.0f, 2.0f));
+      const std::vector<float> w = Rounded(t, RandomVector(head_dim, rng, -0.5f, 0.5f));
+      std::vector<float> folded = w;
+      for (float& v : folded) v = offset + v;
+      std::vector<float> ref = x;
+      kernels::HeadRmsNorm(ref.data(), stride, tokens, heads, folded.data(), head_dim, kEps,
+                           nullptr);
+      DeviceBuffer dx = UploadAs(t, x);
+      DeviceBuffer dw = UploadAs(t, w);
+      KVSERVE_CUDA_OK(cuda::HeadRmsNorm(dx.get(), t, stride, tokens, heads, dw.get(), head_dim,
+                                        kEps, offset, nullptr));
+      KVSERVE_CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<float> out = DownloadAs(t, dx.get(), tokens * stride);
+      EXPECT_LE(RelativeError(out, Rounded(t, ref)), Tolerance(t));
+      for (int64_t tok = 0; tok < tokens; ++tok) {
+        for (int64_t i = heads * head_dim; i < stride; ++i) {
+          ASSERT_TRUE(SameBits(out[tok * stride + i], x[tok * stride + i])) << "tail touched";
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuElementwise, SoftCapAndScaleMatchCpu) {
+  std::mt19937 rng(17);
+  const std::vector<float> x = RandomVector(1000, rng, -80.0f, 80.0f);
+  std::vector<float> capped = x, scaled = x;
+  kernels::SoftCap(capped.data(), static_cast<int64_t>(capped.size()), 30.0f);
+  kernels::Scale(scaled.data(), static_cast<int64_t>(scaled.size()), 8.0f);
+  DeviceBuffer dc = Upload(x);
+  DeviceBuffer ds = Upload(x);
+  KVSERVE_CUDA_OK(cuda::SoftCapF32(dc.as<float>(), static_cast<int64_t>(x.size()), 30.0f, nullptr));
+  KVSERVE_CUDA_OK(cuda::ScaleF32(ds.as<float>(), static_cast<int64_t>(x.size()), 8.0f, nullptr));
+  KVSERVE_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_LE(RelativeError(DownloadAs(ElemType::kF32, dc.get(), x.size()), capped), 1e-6);
+  EXPECT_EQ(DownloadAs(ElemType::kF32, ds.get(), x.size()), scaled);  // one exact product
+  EXPECT_EQ(cuda::SoftCapF32(dc.as<float>(), 4, 0.0f, nullptr), cudaErrorInvalidValue);
+}
+
+// Phi-3 / Phi-4-mini partial rotary: only the first rotary_dim elements of a
+// head rotate, pairs (i, i + rotary_dim / 2); the rest is untouched.
+TEST(GpuElementwise, PartialRopeMatchesCpu) {
+  std::mt19937 rng(18);
+  const int num_tokens = 7, heads = 3, kv_heads = 1, head_dim = 32;
+  const int64_t width = (heads + 2 * kv_heads) * head_dim;
+  for (int rotary_dim : {24, 12, 32}) {
+    for (ElemType t : kTypes) {
+      SCOPED_TRACE("rotary " + std::to_string(rotary_dim) + " " + Name(t));
+      const std::vector<float> qkv = Rounded(t, RandomVector(num_tokens * width, rng, -2.0f, 2.0f));
+      std::vector<int32_t> positions = {0, 1, 5, 77, 300, 4095, 9};
+      std::vector<float> inv_freq(rotary_dim / 2);
+      for (int i = 0; i < rotary_dim / 2; ++i) {
+        inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rotary_dim));
+      }
+      std::vector<float> ref = qkv;
+      kernels::ApplyRope({.q = ref.data(),
+                          .k = ref.data() + heads * head_dim,
+                          .q_stride = width,
+                          .k_stride = width,
+                          .positions = positions.data(),
+                          .inv_freq = inv_freq.data(),
+                          .attention_scaling = 1.19f,
+                          .num_tokens = num_tokens,
+                          .num_heads = heads,
+                          .num_kv_heads = kv_heads,
+                          .head_dim = head_dim,
+                          .rotary_dim = rotary_dim},
+                         nullptr);
+      DeviceBuffer dqkv = UploadAs(t, qkv);
+      DeviceBuffer dpos = Upload(positions);
+      DeviceBuffer dinv = Upload(inv_freq);
+      KVSERVE_CUDA_OK(cuda::ApplyRope(
+          {.dtype = t,
+           .q = dqkv.get(),
+           .k = static_cast<char*>(dqkv.get()) + heads * head_dim * cuda::ElemSize(t),
+           .q_stride = width,
+           .k_stride = width,
+           .positions = dpos.as<int32_t>(),
+           .inv_freq = dinv.as<float>(),
+           .attention_scaling = 1.19f,
+           .num_tokens = num_tokens,
+           .num_heads = heads,
+           .num_kv_heads = kv_heads,
+           .head_dim = head_dim,
+           .rotary_dim = rotary_dim},
+          nullptr));
+      KVSERVE_CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<float> out = DownloadAs(t, dqkv.get(), num_tokens * width);
+      EXPECT_LE(RelativeError(out, Rounded(t, ref)), Tolerance(t));
+    }
+  }
+}
+
 // ---- GatherRows ------------------------------------------------------------------
 
 TEST(GpuElementwise, GatherRowsIsExact) {

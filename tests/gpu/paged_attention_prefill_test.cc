@@ -47,6 +47,7 @@ struct Case {
   int group;  // query heads per kv head
   int window = 0;
   std::vector<Seq> seqs;
+  float softcap = 0.0f;  // attention logit soft-capping; 0: none
 };
 
 // 17 sequences: context lengths (prefix + chunk) include 1, 54, 97 and 4000;
@@ -146,6 +147,7 @@ void RunCase(const Case& c, uint32_t seed) {
   cp.block_ids = block_ids.data();
   cp.scale = scale;
   cp.sliding_window = c.window;
+  cp.softcap = c.softcap;
   kernels::PagedAttention(cp, &kernels::ThreadPool::Default());
 
   // Device.
@@ -177,6 +179,7 @@ void RunCase(const Case& c, uint32_t seed) {
   p.max_seq_len = max_seq_len;
   p.scale = scale;
   p.sliding_window = c.window;
+  p.softcap = c.softcap;
 
   std::vector<float> first_run;
   for (int run = 0; run < 2; ++run) {
@@ -246,6 +249,13 @@ TEST(PrefillWindowTest, MatchesCpuOracle) {
   RunCase({ElemType::kBF16, 256, 32, 8, 100, seqs}, 9);
   RunCase({ElemType::kF16, 80, 1, 4, 64, seqs}, 10);
   RunCase({ElemType::kBF16, 128, 64, 8, 1, seqs}, 11);  // each token sees itself only
+}
+
+// Gemma 2's attention soft-capping in the tensor-core kernel.
+TEST(PrefillSoftCapTest, MatchesCpuOracle) {
+  const std::vector<Seq> seqs = {{0, 200}, {300, 65}, {0, 54}, {90, 7}};
+  RunCase({ElemType::kBF16, 128, 16, 4, 0, seqs, 2.0f}, 31);
+  RunCase({ElemType::kF16, 256, 16, 2, 100, seqs, 50.0f}, 32);
 }
 
 // A single long prompt (many query tiles, processed heaviest first).

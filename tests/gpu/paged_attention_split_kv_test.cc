@@ -50,6 +50,7 @@ struct Case {
   int head_dim = 128;
   int block_size = 16;
   int sliding_window = 0;
+  float softcap = 0.0f;     // attention logit soft-capping (Gemma 2); 0: none
   std::vector<int> lens;    // keys of each sequence in the cache for this step
   std::vector<int> chunks;  // query tokens of each sequence (its last positions); empty: 1 each
 };
@@ -180,6 +181,7 @@ class World {
     p.max_seq_len = max_seq_len_;
     p.scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
     p.sliding_window = c_.sliding_window;
+    p.softcap = c_.softcap;
     p.workspace = d_ws_.get();
     p.workspace_bytes = d_ws_.bytes();
     return p;
@@ -205,6 +207,7 @@ class World {
     p.block_ids = block_ids_.data();
     p.scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
     p.sliding_window = c_.sliding_window;
+    p.softcap = c_.softcap;
     kernels::PagedAttention(p, &kernels::ThreadPool::Default());
     return out;
   }
@@ -411,6 +414,20 @@ TEST(SplitKv, SlidingWindow) {
       Case c = MixedBatch(t, 16);
       c.sliding_window = window;
       World w(c, 900 + window);
+      CheckAgainstOracle(w);
+    }
+  }
+}
+
+// Gemma 2's attention soft-capping (caps small enough to bite: scores of
+// these random vectors reach ~10), with and without a window.
+TEST(SplitKv, SoftCap) {
+  for (ElemType t : kAllTypes) {
+    for (float cap : {2.0f, 50.0f}) {
+      Case c = MixedBatch(t, 16);
+      c.softcap = cap;
+      c.sliding_window = cap < 10.0f ? 100 : 0;
+      World w(c, 1200 + static_cast<int>(cap));
       CheckAgainstOracle(w);
     }
   }
