@@ -239,8 +239,10 @@ TEST(GpuElementwise, ApplyRopeMatchesCpu) {
 
 // ---- SiluMul ---------------------------------------------------------------------
 
-TEST(GpuElementwise, SiluMulMatchesCpu) {
-  std::mt19937 rng(5);
+// A gated activation (gate_up -> act) against its CPU twin.
+template <typename CpuFn, typename GpuFn>
+void CheckGatedMul(CpuFn cpu, GpuFn gpu, uint32_t seed) {
+  std::mt19937 rng(seed);
   const int64_t rows = 17;
   for (int64_t inter : {64, 100, 1536, 4104}) {
     for (ElemType t : kTypes) {
@@ -248,11 +250,11 @@ TEST(GpuElementwise, SiluMulMatchesCpu) {
       const std::vector<float> gate_up =
           Rounded(t, RandomVector(rows * 2 * inter, rng, -6.0f, 6.0f));
       std::vector<float> ref(rows * inter);
-      kernels::SiluMul(gate_up.data(), ref.data(), rows, inter, nullptr);
+      cpu(gate_up.data(), ref.data(), rows, inter, nullptr);
       DeviceBuffer din = UploadAs(t, gate_up);
       DeviceBuffer dout(rows * inter * cuda::ElemSize(t));
       PoisonNaN(dout);
-      KVSERVE_CUDA_OK(cuda::SiluMul(din.get(), dout.get(), t, rows, inter, nullptr));
+      KVSERVE_CUDA_OK(gpu(din.get(), dout.get(), t, rows, inter, nullptr));
       KVSERVE_CUDA_OK(cudaDeviceSynchronize());
       const std::vector<float> out = DownloadAs(t, dout.get(), rows * inter);
       EXPECT_LE(RelativeError(out, Rounded(t, ref)), Tolerance(t));
@@ -260,27 +262,12 @@ TEST(GpuElementwise, SiluMulMatchesCpu) {
   }
 }
 
+TEST(GpuElementwise, SiluMulMatchesCpu) { CheckGatedMul(kernels::SiluMul, cuda::SiluMul, 5); }
+
 // ---- GeluTanhMul, HeadRmsNorm, soft-cap, scale, partial rope ----------------------
 
 TEST(GpuElementwise, GeluTanhMulMatchesCpu) {
-  std::mt19937 rng(15);
-  const int64_t rows = 17;
-  for (int64_t inter : {64, 100, 4104}) {
-    for (ElemType t : kTypes) {
-      SCOPED_TRACE("inter " + std::to_string(inter) + " " + Name(t));
-      const std::vector<float> gate_up =
-          Rounded(t, RandomVector(rows * 2 * inter, rng, -6.0f, 6.0f));
-      std::vector<float> ref(rows * inter);
-      kernels::GeluTanhMul(gate_up.data(), ref.data(), rows, inter, nullptr);
-      DeviceBuffer din = UploadAs(t, gate_up);
-      DeviceBuffer dout(rows * inter * cuda::ElemSize(t));
-      PoisonNaN(dout);
-      KVSERVE_CUDA_OK(cuda::GeluTanhMul(din.get(), dout.get(), t, rows, inter, nullptr));
-      KVSERVE_CUDA_OK(cudaDeviceSynchronize());
-      const std::vector<float> out = DownloadAs(t, dout.get(), rows * inter);
-      EXPECT_LE(RelativeError(out, Rounded(t, ref)), Tolerance(t));
-    }
-  }
+  CheckGatedMul(kernels::GeluTanhMul, cuda::GeluTanhMul, 15);
 }
 
 // Per-head norms of the q heads of fused qkv rows (k/v and padding untouched),
