@@ -18,7 +18,6 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "prometheus/exposer.h"
 #include "scheduler/engine_core.h"
 #include "scheduler/engine_loop.h"
 #include "server/auth.h"
@@ -26,6 +25,7 @@
 #include "server/health_monitor.h"
 #include "server/kvserve_service.h"
 #include "server/metrics.h"
+#include "server/metrics_exposer.h"
 #include "server/serving_state.h"
 #include "spdlog/async.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -175,17 +175,11 @@ int RunDaemon(const ServerConfig& config) {
   loop.SetStepObserver([m = metrics.get()](const scheduler::StepRecord& s) { m->OnStep(s); });
   loop.Start();
 
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(
-        absl::StrCat(config.metrics_host, ":", config.metrics_port));
-  } catch (const std::exception& e) {
-    return StartupFailed(absl::UnavailableError(
-        absl::StrCat("--metrics_host/--metrics_port: cannot listen on ", config.metrics_host, ":",
-                     config.metrics_port, ": ", e.what())));
-  }
-  exposer->RegisterCollectable(metrics);
-  const int metrics_port = exposer->GetListeningPorts().at(0);
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
+      MetricsExposer::Start(config.metrics_host, config.metrics_port);
+  if (!exposer.ok()) return StartupFailed(exposer.status());
+  (*exposer)->Register(metrics);
+  const int metrics_port = (*exposer)->port();
 
   ServingState state(model, loop, *metrics, BearerAuth(token),
                      MakeModelInfo(config, model, engine_config, backend), config.log_requests);
@@ -236,12 +230,10 @@ int RunDaemon(const ServerConfig& config) {
   loop.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   health.Stop();
-  // Stopping civetweb (the Exposer's destructor) waits about a second for
-  // its worker threads; the process is exiting, so its threads and sockets
-  // are left to the OS. Detach first: from here on no scrape reads the loop,
-  // which is destroyed when this function returns.
+  // From here on no scrape reads the loop (destroyed when this function
+  // returns); then /metrics stops, its threads joined (fast: metrics_exposer.h).
   metrics->Detach();
-  exposer.release();  // NOLINT(bugprone-unused-return-value): intentionally leaked
+  exposer->reset();
   engine::Log().info("drained{}; exiting", drained ? "" : " (deadline reached)");
   spdlog::shutdown();
   return 0;

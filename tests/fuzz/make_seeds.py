@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of tests/fuzz/corpus/<target>/ (run from the repo
+root with the .venv of scripts/setup.sh: `.venv/bin/python tests/fuzz/make_seeds.py`).
+
+Seeds are real inputs of each parser, laid out in the FuzzInput encoding of
+tests/fuzz/fuzz_input.h: a piece is a little-endian u16 length then its bytes.
+The configs come from transformers' config classes, the tokenizers from the
+tokenizers library (a byte-level BPE as GPT-2 / Llama 3 / Qwen ship, and a
+SentencePiece-converted BPE with byte fallback as Llama 2 / Mistral ship), the
+safetensors files from the safetensors library, the requests from protoc's
+Python stubs. Deterministic: running it twice writes the same files. Saved
+crashes live beside the seeds as crash-<sha1> and are never rewritten here.
+"""
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import transformers
+from safetensors.numpy import save as save_safetensors
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "fuzz" / "corpus"
+
+
+def piece(data: bytes | str) -> bytes:
+    if isinstance(data, str):
+        data = data.encode()
+    return struct.pack("<H", len(data)) + data
+
+
+def write(target: str, name: str, data: bytes | str) -> None:
+    d = CORPUS / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def configs() -> dict[str, str]:
+    small = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    made = {
+        "llama3": transformers.LlamaConfig(
+            **small, rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                       high_freq_factor=4.0, original_max_position_embeddings=64)),
+        "llama_linear": transformers.LlamaConfig(
+            **small, rope_scaling=dict(rope_type="linear", factor=2.0)),
+        "mistral": transformers.MistralConfig(**small, sliding_window=32),
+        "qwen2": transformers.Qwen2Config(**small),
+        "qwen3": transformers.Qwen3Config(**small, head_dim=32),
+        "phi3": transformers.Phi3Config(
+            **small, original_max_position_embeddings=64, partial_rotary_factor=0.75,
+            rope_scaling=dict(type="longrope", short_factor=[1.0] * 6, long_factor=[2.0] * 6)),
+        "gemma2": transformers.Gemma2Config(**small, head_dim=16, attn_logit_softcapping=50.0,
+                                            final_logit_softcapping=30.0, sliding_window=32),
+        "gemma3": transformers.Gemma3TextConfig(**small, head_dim=16, sliding_window=32),
+    }
+    return {name: c.to_json_string() for name, c in made.items()}
+
+
+def byte_level_tokenizer() -> str:
+    vocab = {"h": 0, "e": 1, "l": 2, "o": 3, "Ġ": 4, "w": 5, "r": 6, "d": 7, "he": 8, "ll": 9,
+             "llo": 10, "hello": 11, "Ġw": 12, "or": 13, "Ġwor": 14, "ld": 15, "Ġworld": 16,
+             "!": 17, "Ċ": 18, "Ã": 19, "©": 20, "Ã©": 21}
+    merges = [("h", "e"), ("l", "l"), ("ll", "o"), ("he", "llo"), ("Ġ", "w"), ("o", "r"),
+              ("Ġw", "or"), ("l", "d"), ("Ġwor", "ld"), ("Ã", "©")]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|end|>", "<|begin|>"])
+    tok.add_tokens(["<tool>"])
+    return tok.to_str()
+
+
+def byte_fallback_tokenizer() -> str:
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    for p in ["▁", "h", "e", "l", "o", "w", "r", "d", "▁h", "he", "ll", "▁he", "llo", "▁hello",
+              "▁w", "or", "▁wor", "ld", "▁world", "é"]:
+        vocab[p] = len(vocab)
+    merges = [("▁", "h"), ("h", "e"), ("l", "l"), ("▁h", "e"), ("ll", "o"), ("▁he", "llo"),
+              ("▁", "w"), ("o", "r"), ("▁w", "or"), ("l", "d"), ("▁wor", "ld")]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True,
+                               fuse_unk=True))
+    tok.normalizer = normalizers.Sequence(
+        [normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    return tok.to_str()
+
+
+def safetensors_files() -> dict[str, bytes]:
+    rng = np.random.default_rng(0)
+    f32 = save_safetensors({"a": rng.standard_normal((3, 4)).astype(np.float32),
+                            "b.weight": rng.standard_normal((5,)).astype(np.float32)})
+    f16 = save_safetensors({"w": rng.standard_normal((2, 3)).astype(np.float16),
+                            "ids": np.arange(4, dtype=np.int64)}, metadata={"format": "pt"})
+    # bf16 as the raw bytes torch writes: the upper halves of the fp32 values.
+    raw = rng.standard_normal((4,)).astype(np.float32).view(np.uint32) >> 16
+    header = json.dumps({"x": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}).encode()
+    bf16 = struct.pack("<Q", len(header)) + header + raw.astype(np.uint16).tobytes()
+    return {"f32": f32, "f16_i64_metadata": f16, "bf16": bf16}
+
+
+def generate_requests() -> dict[str, bytes]:
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    import kvserve_fixtures as kf  # noqa: PLC0415
+
+    stubs = Path(tempfile.mkdtemp())
+    kf.generate_stubs(stubs)
+    sys.path.insert(0, str(stubs))
+    from kvserve.v1 import kvserve_pb2 as pb  # noqa: PLC0415
+
+    text = pb.GenerateRequest(text="Hello, world", request_id="seed-1")
+    tokens = pb.GenerateRequest(token_ids=pb.TokenIds(ids=[1, 72, 105]))
+    full = pb.GenerateRequest(
+        text="héllo", add_special_tokens=False, logprobs=3, priority=-1, cache_salt="tenant",
+        sampling=pb.SamplingParams(temperature=0.8, top_p=0.9, top_k=20, min_p=0.05,
+                                   repetition_penalty=1.1, presence_penalty=0.5,
+                                   frequency_penalty=-0.5, seed=7),
+        stopping=pb.StoppingParams(max_tokens=8, min_tokens=2, ignore_eos=True,
+                                   stop_token_ids=[10, 13], stop=["\n\n", "END"],
+                                   skip_special_tokens=False))
+    # First byte of each seed: bit 0 turns the checkpoint sampling defaults on.
+    return {"text": b"\x00" + text.SerializeToString(),
+            "token_ids": b"\x01" + tokens.SerializeToString(),
+            "all_fields": b"\x00" + full.SerializeToString()}
+
+
+def main() -> None:
+    for name, text in configs().items():
+        write("config_json", name, text)
+    write("config_json", "generation_config",
+          json.dumps({"eos_token_id": [2, 0], "temperature": 0.6, "top_p": 0.9, "top_k": 50}))
+
+    for name, data in safetensors_files().items():
+        write("safetensors", name, b"\x00" + data)
+    index = json.dumps({"metadata": {"total_size": 56},
+                        "weight_map": {"a": "model-00001.safetensors",
+                                       "b.weight": "model-00001.safetensors"}})
+    write("safetensors", "sharded", b"\x01" + piece(safetensors_files()["f32"]) + index.encode())
+
+    tokenizers = {"byte_level": byte_level_tokenizer(), "byte_fallback": byte_fallback_tokenizer()}
+    texts = ["hello world!", " hello  world\n", "héllo é 日本 <|end|> <tool> x", ""]
+    config = json.dumps({"bos_token": "<s>", "eos_token": {"content": "</s>"},
+                         "add_bos_token": True})
+    for tname, tjson in tokenizers.items():
+        for i, text in enumerate(texts):
+            cfg = config if tname == "byte_fallback" and i == 0 else ""
+            write("tokenizer_json", f"{tname}_{i}", bytes([i & 3]) + piece(text) + piece(cfg) + tjson.encode())
+        ids = b"".join(struct.pack("<H", i) for i in [3, 200, 201, 0, 40, 41, 42, 270, 1, 2, 260])
+        write("detokenizer", tname, b"\x01" + piece(ids) + tjson.encode())
+    # Byte tokenizer: cut UTF-8 (é = C3 A9, 日 = E6 97 A5), <bos>=256, <eos>=257.
+    utf8_ids = [0x68, 0xC3, 0xA9, 0xE6, 0x97, 0x20, 0xA5, 256, 0xE6, 0x97, 0xA5, 257, 0xC3]
+    write("detokenizer", "byte", b"\x00" + piece(b"".join(struct.pack("<H", i) for i in utf8_ids)))
+
+    def stop_seed(flags, stops, max_tokens, min_tokens, extra, text_ids):
+        out = bytes([flags, len(stops)]) + b"".join(piece(s) for s in stops)
+        out += bytes([max_tokens - 1, min_tokens, extra])
+        return out + b"".join(struct.pack("<H", i) for i in text_ids)
+
+    hello = list(b"Hello, world. STOP here\n\nmore")
+    write("stop_checker", "stop_string", stop_seed(0, ["STOP", "\n\n"], 64, 0, 0, hello))
+    write("stop_checker", "min_tokens", stop_seed(2, ["o"], 64, 6, 0, hello))
+    write("stop_checker", "eos", stop_seed(0, [], 64, 0, 0, list(b"abc") + [257] + list(b"d")))
+    write("stop_checker", "length_cut_utf8", stop_seed(1, ["\xe6\x97\xa5"], 5, 0, 0, utf8_ids))
+    write("stop_checker", "extra_stop_id", stop_seed(0, ["zz"], 64, 0, ord("!"), list(b"hi z!z")))
+
+    for name, data in generate_requests().items():
+        write("generate_request", name, data)
+
+
+if __name__ == "__main__":
+    main()
