@@ -59,7 +59,7 @@ StopChecker::Result StopChecker::Append(int32_t token, int32_t num_output_tokens
   if (IsStopToken(token) && num_output_tokens > min_tokens_) {
     r.reason = FinishReason::kStopToken;
     r.stop_token = token;
-    r.text = Flush();
+    FinishText(num_output_tokens, &r);
     return r;
   }
   if (detok_) pending_ += detok_->Push(token);
@@ -74,13 +74,29 @@ StopChecker::Result StopChecker::Append(int32_t token, int32_t num_output_tokens
   }
   if (num_output_tokens >= max_tokens_) {
     r.reason = FinishReason::kLength;
-    r.text = Flush();
+    FinishText(num_output_tokens, &r);
     return r;
   }
   const size_t emit = pending_.size() - HeldBackLength();
   r.text = pending_.substr(0, emit);
   pending_.erase(0, emit);
   return r;
+}
+
+void StopChecker::FinishText(int32_t num_output_tokens, Result* r) {
+  if (detok_) pending_ += detok_->Flush();
+  // The flush may end a character (U+FFFD for a cut one) that completes a
+  // stop string: then the request stopped there (found by the fuzzer).
+  if (num_output_tokens >= min_tokens_) {
+    if (auto match = FindStopString()) {
+      r->reason = FinishReason::kStopString;
+      r->stop_string = stop_strings_[match->second];
+      r->stop_token = -1;
+      pending_.resize(match->first);
+    }
+  }
+  r->text = std::move(pending_);
+  pending_.clear();
 }
 
 std::string StopChecker::Flush() {

@@ -16,6 +16,10 @@
 //   5. otherwise the pending text is emitted except its longest suffix that
 //      is a proper prefix of some stop string (held back until the next
 //      token disambiguates it).
+// When 1. or 4. finishes the request, the rest of the text (a cut UTF-8
+// sequence becomes U+FFFD) is checked for stop strings once more: one that
+// only this flushed text completes finishes it as kStopString instead, so
+// emitted text never contains a stop string once min_tokens is reached.
 //
 // Held-back text is what makes matching across token boundaries work: a stop
 // string can only start in text not yet emitted, and every emitted byte is
@@ -79,6 +83,10 @@ class StopChecker {
 
  private:
   bool IsStopToken(int32_t token) const;
+  // The request finishes (r->reason set): the rest of the text, including a
+  // cut UTF-8 sequence as U+FFFD, into r->text, cut before a stop string that
+  // only the flushed text completes (then r->reason becomes kStopString).
+  void FinishText(int32_t num_output_tokens, Result* r);
   // Start of the earliest stop string in pending_, and which one.
   std::optional<std::pair<size_t, size_t>> FindStopString() const;
   // Length of the longest suffix of pending_ that is a proper prefix of a

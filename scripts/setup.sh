@@ -14,6 +14,7 @@ debian_packages=(
   libsentencepiece-dev libpcre2-dev libutf8proc-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev
   prometheus openssl curl
+  clang libclang-rt-14-dev  # the ASan/UBSan build and libFuzzer (scripts/test_sanitizers.sh)
 )
 
 # kubectl renders the Kubernetes manifests in the deploy tests. Debian's

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "prometheus/exposer.h"
@@ -42,13 +43,27 @@ void Poke(const std::string& host, int port) {
   freeaddrinfo(found);
 }
 
+// civetweb serves one connection per worker thread, and by default waits 30 s
+// for a request on each: two idle connections used to block every scrape.
+// More workers, a short request timeout and a deep accept queue keep scrapes
+// answered while clients hold connections open or send headers slowly
+// (bench/soak: `metrics` scenario). A scrape sends its request at once.
+std::vector<std::string> CivetwebOptions(const std::string& host, int port) {
+  return {"listening_ports", absl::StrCat(host, ":", port),
+          "num_threads", "64",
+          "request_timeout_ms", "1000",
+          "keep_alive_timeout_ms", "2000",
+          "connection_queue", "1024",
+          "listen_backlog", "1024"};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(const std::string& host,
                                                                       int port) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
-    exposer = std::make_unique<prometheus::Exposer>(absl::StrCat(host, ":", port));
+    exposer = std::make_unique<prometheus::Exposer>(CivetwebOptions(host, port));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("--metrics_host/--metrics_port: cannot listen on ",
                                                host, ":", port, ": ", e.what()));

@@ -17,14 +17,23 @@ std::string ExecutableDir() {
   return path.substr(0, path.rfind('/'));
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerRuntime = true;
+#elif defined(__has_feature)
+constexpr bool kSanitizerRuntime =
+    __has_feature(address_sanitizer) || __has_feature(thread_sanitizer);
+#else
+constexpr bool kSanitizerRuntime = false;
+#endif
+
 }  // namespace
 
 void* LoadModule(const char* module_name, const char* env_var, const char* build_path,
                  const char* symbol, bool deepbind, void** symbol_address, std::string* error) {
   int flags = RTLD_NOW | RTLD_LOCAL;
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  if (deepbind) flags |= RTLD_DEEPBIND;
-#endif
+  // The sanitizer runtimes cannot intercept calls from a library loaded with
+  // RTLD_DEEPBIND (gcc says so with __SANITIZE_*__, clang with __has_feature).
+  if (deepbind && !kSanitizerRuntime) flags |= RTLD_DEEPBIND;
   std::vector<std::string> candidates;
   if (const char* env = std::getenv(env_var); env && *env) candidates.push_back(env);
   if (build_path != nullptr && *build_path) candidates.push_back(build_path);

@@ -28,6 +28,11 @@ constexpr std::string_view kGpt2Pattern =
 constexpr int64_t kMaxTokenId = int64_t{1} << 24;
 
 absl::StatusOr<int32_t> TokenId(const json& j) {
+  // A float must not reach get<int64_t>() (out of range is undefined
+  // behaviour; found by tests/fuzz/tokenizer_json).
+  if (!j.is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat("token id ", j.dump(), " is not an integer"));
+  }
   const int64_t id = j.get<int64_t>();
   if (id < 0 || id >= kMaxTokenId) {
     return absl::InvalidArgumentError(absl::StrCat("token id ", id, " out of range"));
@@ -170,8 +175,12 @@ absl::Status ParsePostProcessor(const json& p, HfBpeSpec* spec) {
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     // {"cls": [token, id], "sep": [token, id]}: cls $A sep.
-    spec->prefix_ids.push_back(p.at("cls").at(1).get<int32_t>());
-    spec->suffix_ids.push_back(p.at("sep").at(1).get<int32_t>());
+    absl::StatusOr<int32_t> cls = TokenId(p.at("cls").at(1));
+    if (!cls.ok()) return cls.status();
+    absl::StatusOr<int32_t> sep = TokenId(p.at("sep").at(1));
+    if (!sep.ok()) return sep.status();
+    spec->prefix_ids.push_back(*cls);
+    spec->suffix_ids.push_back(*sep);
     return absl::OkStatus();
   }
   if (type != "TemplateProcessing") {

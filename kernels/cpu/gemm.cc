@@ -18,6 +18,7 @@ PackedMatrix PackWeights(const float* w, int64_t n, int64_t k) {
   PackedMatrix packed;
   packed.n = n;
   packed.k = k;
+  if (n == 0 || k == 0) return packed;  // nothing to pack (and no storage to point into)
   const int64_t panels = (n + kGemmPanelWidth - 1) / kGemmPanelWidth;
   packed.data = AlignedBuffer(static_cast<size_t>(panels * k * kGemmPanelWidth));
   float* out = packed.data.data();

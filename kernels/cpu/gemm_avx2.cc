@@ -5,8 +5,13 @@
 
 #include "kernels/cpu/gemm_internal.h"
 
+// clang has no `#pragma GCC target`; its attribute push does the same.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 
 namespace kvserve::kernels::internal {
 namespace {
@@ -33,4 +38,8 @@ void GemmPanelsAvx2(const GemmParams& p, int64_t panel_begin, int64_t panel_end)
 
 }  // namespace kvserve::kernels::internal
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

@@ -6,8 +6,13 @@
 
 #include "kernels/cpu/gemm_internal.h"
 
+// clang has no `#pragma GCC target`; its attribute push does the same.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+#endif
 
 namespace kvserve::kernels::internal {
 namespace {
@@ -34,4 +39,8 @@ void GemmPanelsAvx512(const GemmParams& p, int64_t panel_begin, int64_t panel_en
 
 }  // namespace kvserve::kernels::internal
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

@@ -3,6 +3,7 @@
 // generated. Input:
 //   Byte()        flags: bit 0 ignore_eos, bit 1 skip_special_tokens
 //   Byte()        number of stop strings (mod 5), then that many Piece()s
+//                 (made valid UTF-8, as the API requires)
 //   Byte()        max_tokens (1..256); Byte() min_tokens (<= max_tokens)
 //   Byte()        one extra stop token id (0..255; 0: none)
 //   Rest()        output ids, little-endian u16 each, modulo 258
@@ -30,7 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int num_stops = in.Byte() % 5;
   for (int i = 0; i < num_stops; ++i) {
     const std::string_view stop = in.Piece();
-    if (!stop.empty() && stop.size() <= 64) params.stop_strings.emplace_back(stop);
+    // Requests carry only valid UTF-8 stop strings (request_convert checks).
+    const std::string valid = kvserve::engine::ToValidUtf8(stop);
+    if (!valid.empty() && valid.size() <= 64) params.stop_strings.push_back(valid);
   }
   params.max_tokens = 1 + in.Byte();
   params.min_tokens = in.Byte() % (params.max_tokens + 1);

@@ -14,8 +14,13 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_internal.h"
 
+// clang has no `#pragma GCC target`; its attribute push does the same.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 
 namespace kvserve::kernels::internal::emulated512 {
 
@@ -48,7 +53,11 @@ void Run(const GemmParams& p, int64_t panel_begin, int64_t panel_end) {
 
 }  // namespace kvserve::kernels::internal::emulated512
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace kvserve::kernels {
 namespace {

@@ -150,5 +150,35 @@ TEST_F(StopCheckerTest, NoTokenizerNoText) {
   EXPECT_EQ(c.Append(kEos, 2).reason, FinishReason::kStopToken);
 }
 
+// A cut UTF-8 character is flushed as U+FFFD when the request finishes; a
+// stop string that this flushed text completes still stops it (found by
+// tests/fuzz/stop_checker: the text used to be emitted with the stop string).
+TEST_F(StopCheckerTest, StopStringCompletedByTheFinalFlushAtLength) {
+  StopChecker c({.max_tokens = 2, .stop_strings = {"a\xEF\xBF\xBD"}}, eos_, tok_.get());
+  auto steps = Run(c, {'a', 0xC2});  // 0xC2 opens a 2-byte character
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(Texts(steps), "||");
+  EXPECT_EQ(steps.back().reason, FinishReason::kStopString);
+}
+
+TEST_F(StopCheckerTest, StopStringCompletedByTheFinalFlushAtStopToken) {
+  StopChecker c({.max_tokens = 10, .stop_strings = {"\xEF\xBF\xBD"}}, eos_, tok_.get());
+  StopChecker::Result r = c.Append('x', 1);
+  EXPECT_EQ(r.text, "x");
+  r = c.Append(0xE6, 2);
+  EXPECT_EQ(r.text, "");
+  r = c.Append(kEos, 3);
+  EXPECT_EQ(r.reason, FinishReason::kStopString);
+  EXPECT_EQ(r.text, "");
+  EXPECT_EQ(r.stop_string, "\xEF\xBF\xBD");
+}
+
+TEST_F(StopCheckerTest, FinalFlushWithoutAStopStringStillEndsAtLength) {
+  StopChecker c({.max_tokens = 2, .stop_strings = {"zz"}}, eos_, tok_.get());
+  auto steps = Run(c, {'a', 0xC2});
+  EXPECT_EQ(Texts(steps), "a|\xEF\xBF\xBD|");
+  EXPECT_EQ(steps.back().reason, FinishReason::kLength);
+}
+
 }  // namespace
 }  // namespace kvserve::scheduler
