@@ -55,6 +55,9 @@ struct ScalarOps {
       for (int d = 0; d < dim; ++d) out[d] += wj * v[d];
     }
   }
+  static void Decode(KvDtype dtype, const uint8_t* src, float scale, int dim, float* dst) {
+    DequantizeKvRow(dtype, src, scale, dim, dst);
+  }
 };
 
 // s[j] = dot(q, keys[j]) * scale, four keys at a time: per key two 8-lane
@@ -170,6 +173,9 @@ struct Avx2Ops {
                          int dim) {
     AccumulateAvx2(out, corr, w, vals, n, dim);
   }
+  static void Decode(KvDtype dtype, const uint8_t* src, float scale, int dim, float* dst) {
+    DequantizeKvRowAvx2(dtype, src, scale, dim, dst);
+  }
 };
 
 // A thread's fp32 tile for decoded rows, at least `floats` long.
@@ -245,8 +251,8 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
       float* vd = scratch + static_cast<int64_t>(kTile + i) * dim;
       const float ks = p.k_scales != nullptr ? p.k_scales[row] : 1.0f;
       const float vs = p.v_scales != nullptr ? p.v_scales[row] : 1.0f;
-      DequantizeKvRow(p.kv_dtype, k_bytes + row * row_bytes, ks, dim, kd);
-      DequantizeKvRow(p.kv_dtype, v_bytes + row * row_bytes, vs, dim, vd);
+      Ops::Decode(p.kv_dtype, k_bytes + row * row_bytes, ks, dim, kd);
+      Ops::Decode(p.kv_dtype, v_bytes + row * row_bytes, vs, dim, vd);
       keys[i] = kd;
       vals[i] = vd;
     }

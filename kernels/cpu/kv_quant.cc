@@ -5,6 +5,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
+
+#include <immintrin.h>
 
 namespace kvserve::kernels {
 namespace {
@@ -207,44 +210,133 @@ float QuantizeKvRow(KvDtype dtype, const float* x, int dim, uint8_t* dst) {
   return s;
 }
 
-void DequantizeKvRow(KvDtype dtype, const uint8_t* src, float s, int dim, float* dst) {
+namespace {
+
+// Decodes elements [begin, dim) of a row; begin is even for the 4-bit formats.
+void DequantizeTail(KvDtype dtype, const uint8_t* src, float s, int begin, int dim, float* dst) {
   switch (dtype) {
     case KvDtype::kFloat32:
-      std::memcpy(dst, src, sizeof(float) * dim);
+      std::memcpy(dst + begin, src + 4 * begin, sizeof(float) * (dim - begin));
       return;
     case KvDtype::kBfloat16:
-      for (int d = 0; d < dim; ++d) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * d, 2);
-        dst[d] = Bf16ToFloat(h);
-      }
-      return;
     case KvDtype::kFloat16:
-      for (int d = 0; d < dim; ++d) {
+      for (int d = begin; d < dim; ++d) {
         uint16_t h;
         std::memcpy(&h, src + 2 * d, 2);
-        dst[d] = HalfToFloat(h);
+        dst[d] = dtype == KvDtype::kBfloat16 ? Bf16ToFloat(h) : HalfToFloat(h);
       }
       return;
     case KvDtype::kFp8E4m3: {
       const float* table = Fp8().value.data();
-      for (int d = 0; d < dim; ++d) dst[d] = table[src[d]] * s;
+      for (int d = begin; d < dim; ++d) dst[d] = table[src[d]] * s;
       return;
     }
     case KvDtype::kInt8:
-      for (int d = 0; d < dim; ++d) dst[d] = static_cast<float>(static_cast<int8_t>(src[d])) * s;
+      for (int d = begin; d < dim; ++d) {
+        dst[d] = static_cast<float>(static_cast<int8_t>(src[d])) * s;
+      }
       return;
     case KvDtype::kInt4:
-      for (int d = 0; d < dim; ++d) {
-        // Shift the nibble to the top of an int8, then arithmetic-shift it back.
-        const int8_t q = static_cast<int8_t>(static_cast<uint8_t>(src[d / 2] << (4 * (1 - (d & 1)))));
-        dst[d] = static_cast<float>(q >> 4) * s;
+      for (int d = begin; d < dim; ++d) {
+        const int q = (src[d / 2] >> (4 * (d & 1))) & 15;
+        dst[d] = static_cast<float>((q ^ 8) - 8) * s;  // sign-extend the nibble
       }
       return;
     case KvDtype::kFp4E2m1:
-      for (int d = 0; d < dim; ++d) dst[d] = kFp4Values[(src[d / 2] >> (4 * (d & 1))) & 15] * s;
+      for (int d = begin; d < dim; ++d) dst[d] = kFp4Values[(src[d / 2] >> (4 * (d & 1))) & 15] * s;
       return;
   }
+}
+
+// The 8 nibbles of a little-endian 32-bit word, element e = bits [4e, 4e + 4).
+__attribute__((target("avx2"))) inline __m256i Nibbles(const uint8_t* src) {
+  uint32_t word;
+  std::memcpy(&word, src, 4);
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts),
+                          _mm256_set1_epi32(15));
+}
+
+// e4m3fn codes (one per 32-bit lane) to fp32, as Fp8E4m3ToFloat: normal
+// codes rebias the exponent (7 -> 127) and move the 3 mantissa bits up;
+// subnormals are m * 2^-9 (exact); 0x7f / 0xff are NaN.
+__attribute__((target("avx2"))) inline __m256 Fp8ToFloat8(__m256i c) {
+  const __m256i e = _mm256_and_si256(_mm256_srli_epi32(c, 3), _mm256_set1_epi32(15));
+  const __m256i m = _mm256_and_si256(c, _mm256_set1_epi32(7));
+  const __m256 normal = _mm256_castsi256_ps(_mm256_or_si256(
+      _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(120)), 23), _mm256_slli_epi32(m, 20)));
+  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
+  __m256 v = _mm256_blendv_ps(
+      normal, sub, _mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256())));
+  const __m256i is_nan =
+      _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
+  v = _mm256_blendv_ps(v, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()),
+                       _mm256_castsi256_ps(is_nan));
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+}
+
+__attribute__((target("avx2,f16c"))) __m256 HalfToFloat8(const uint8_t* src) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+}
+
+}  // namespace
+
+void DequantizeKvRow(KvDtype dtype, const uint8_t* src, float s, int dim, float* dst) {
+  DequantizeTail(dtype, src, s, 0, dim, dst);
+}
+
+__attribute__((target("avx2"))) void DequantizeKvRowAvx2(KvDtype dtype, const uint8_t* src,
+                                                         float s, int dim, float* dst) {
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  const __m256 vs = _mm256_set1_ps(s);
+  const __m256 fp4_table = _mm256_loadu_ps(kFp4Values.data());
+  int d = 0;
+  switch (dtype) {
+    case KvDtype::kFloat32: break;
+    case KvDtype::kBfloat16:
+      for (; d + 8 <= dim; d += 8) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * d));
+        const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+        _mm256_storeu_ps(dst + d, _mm256_castsi256_ps(w));
+      }
+      break;
+    case KvDtype::kFloat16:
+      // Exact conversion, as HalfToFloat (NaN stays NaN; its payload may differ).
+      for (; f16c && d + 8 <= dim; d += 8) _mm256_storeu_ps(dst + d, HalfToFloat8(src + 2 * d));
+      break;
+    case KvDtype::kFp8E4m3:
+      for (; d + 8 <= dim; d += 8) {
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + d));
+        _mm256_storeu_ps(dst + d, _mm256_mul_ps(Fp8ToFloat8(_mm256_cvtepu8_epi32(b)), vs));
+      }
+      break;
+    case KvDtype::kInt8:
+      for (; d + 8 <= dim; d += 8) {
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + d));
+        const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+        _mm256_storeu_ps(dst + d, _mm256_mul_ps(v, vs));
+      }
+      break;
+    case KvDtype::kInt4:
+      for (; d + 8 <= dim; d += 8) {
+        const __m256i eight = _mm256_set1_epi32(8);
+        const __m256i q = _mm256_sub_epi32(_mm256_xor_si256(Nibbles(src + d / 2), eight), eight);
+        _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_cvtepi32_ps(q), vs));
+      }
+      break;
+    case KvDtype::kFp4E2m1:
+      for (; d + 8 <= dim; d += 8) {
+        // Magnitude from the 8-entry table in a register, then the sign bit.
+        const __m256i n = Nibbles(src + d / 2);
+        const __m256 mag = _mm256_permutevar8x32_ps(fp4_table, n);  // uses n & 7
+        const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(n, _mm256_set1_epi32(8)), 28);
+        const __m256 v = _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
+        _mm256_storeu_ps(dst + d, _mm256_mul_ps(v, vs));
+      }
+      break;
+  }
+  DequantizeTail(dtype, src, s, d, dim, dst);
 }
 
 }  // namespace kvserve::kernels
