@@ -29,7 +29,7 @@ struct RunnerOptions {
   int64_t num_blocks = 256;
   int64_t block_size = 16;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kFloat32;  // row format (engine/kv_cache.h)
-  kernels::ThreadPool* pool = nullptr;  // nullptr: ThreadPool::Default()
+  kernels::ThreadPool* pool = nullptr;                   // nullptr: ThreadPool::Default()
 };
 
 class ModelRunner {

@@ -47,9 +47,9 @@ absl::StatusOr<Backend> MakeCpuBackend(const ServerConfig& c) {
   b.kv_cache_dtype = *dtype;
   b.num_blocks = CpuKvBlocks(c, *b.model, *dtype);
   b.runner = std::make_unique<scheduler::ModelStepRunner>(
-      *b.model, engine::RunnerOptions{.num_blocks = b.num_blocks,
-                                      .block_size = c.block_size,
-                                      .kv_cache_dtype = *dtype});
+      *b.model,
+      engine::RunnerOptions{
+          .num_blocks = b.num_blocks, .block_size = c.block_size, .kv_cache_dtype = *dtype});
   return b;
 }
 

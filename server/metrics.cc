@@ -92,8 +92,9 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
   blocks_free_uncached_ = &blocks.Add({{"state", "free_uncached"}});
   BuildGauge()
       .Name("kvserve_kv_cache_capacity_tokens")
-      .Help("Tokens the KV cache pool holds (usable blocks x block size), in its format "
-            "(kvserve_server_info's kv_cache_dtype).")
+      .Help(
+          "Tokens the KV cache pool holds (usable blocks x block size), in its format "
+          "(kvserve_server_info's kv_cache_dtype).")
       .Register(r)
       .Add({})
       .Set(static_cast<double>(info.kv_cache_capacity_tokens));

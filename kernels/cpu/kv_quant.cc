@@ -1,13 +1,13 @@
 #include "kernels/cpu/kv_quant.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
-
-#include <immintrin.h>
 
 namespace kvserve::kernels {
 namespace {
@@ -72,13 +72,20 @@ void IntCodes(const float* x, int dim, float s, int lo, int hi, Store store) {
 
 std::string_view KvDtypeName(KvDtype dtype) {
   switch (dtype) {
-    case KvDtype::kFloat32: return "auto";
-    case KvDtype::kBfloat16: return "bfloat16";
-    case KvDtype::kFloat16: return "float16";
-    case KvDtype::kFp8E4m3: return "fp8_e4m3";
-    case KvDtype::kInt8: return "int8";
-    case KvDtype::kInt4: return "int4";
-    case KvDtype::kFp4E2m1: return "fp4_e2m1";
+    case KvDtype::kFloat32:
+      return "auto";
+    case KvDtype::kBfloat16:
+      return "bfloat16";
+    case KvDtype::kFloat16:
+      return "float16";
+    case KvDtype::kFp8E4m3:
+      return "fp8_e4m3";
+    case KvDtype::kInt8:
+      return "int8";
+    case KvDtype::kInt4:
+      return "int4";
+    case KvDtype::kFp4E2m1:
+      return "fp4_e2m1";
   }
   return "?";
 }
@@ -92,13 +99,17 @@ std::optional<KvDtype> ParseKvDtype(std::string_view name) {
 
 int64_t KvRowBytes(KvDtype dtype, int64_t dim) {
   switch (dtype) {
-    case KvDtype::kFloat32: return 4 * dim;
+    case KvDtype::kFloat32:
+      return 4 * dim;
     case KvDtype::kBfloat16:
-    case KvDtype::kFloat16: return 2 * dim;
+    case KvDtype::kFloat16:
+      return 2 * dim;
     case KvDtype::kFp8E4m3:
-    case KvDtype::kInt8: return dim;
+    case KvDtype::kInt8:
+      return dim;
     case KvDtype::kInt4:
-    case KvDtype::kFp4E2m1: return (dim + 1) / 2;
+    case KvDtype::kFp4E2m1:
+      return (dim + 1) / 2;
   }
   return 0;
 }
@@ -107,11 +118,16 @@ bool KvHasScale(KvDtype dtype) { return KvCodeMax(dtype) > 0.0f; }
 
 float KvCodeMax(KvDtype dtype) {
   switch (dtype) {
-    case KvDtype::kFp8E4m3: return 448.0f;
-    case KvDtype::kInt8: return 127.0f;
-    case KvDtype::kInt4: return 7.0f;
-    case KvDtype::kFp4E2m1: return 6.0f;
-    default: return 0.0f;
+    case KvDtype::kFp8E4m3:
+      return 448.0f;
+    case KvDtype::kInt8:
+      return 127.0f;
+    case KvDtype::kInt4:
+      return 7.0f;
+    case KvDtype::kFp4E2m1:
+      return 6.0f;
+    default:
+      return 0.0f;
   }
 }
 
@@ -128,7 +144,7 @@ uint16_t FloatToHalf(float x) {
   uint32_t b = std::bit_cast<uint32_t>(x);
   const uint16_t sign = static_cast<uint16_t>((b >> 16) & 0x8000);
   b &= 0x7fffffff;
-  if (b > 0x7f800000) return sign | 0x7e00;  // NaN
+  if (b > 0x7f800000) return sign | 0x7e00;   // NaN
   if (b >= 0x477ff000) return sign | 0x7c00;  // >= 65520 (or inf): inf
   if (b < 0x38800000) {                       // below 2^-14: subnormal, step 2^-24
     // Exact scaling by a power of two, then round to nearest even; 1024 is
@@ -181,7 +197,8 @@ float QuantizeKvRow(KvDtype dtype, const float* x, int dim, uint8_t* dst) {
         std::memcpy(dst + 2 * d, &h, 2);
       }
       return 1.0f;
-    default: break;
+    default:
+      break;
   }
   const float s = AbsMax(x, dim) / KvCodeMax(dtype);
   const bool usable = s > 0.0f && std::isfinite(s);
@@ -195,8 +212,9 @@ float QuantizeKvRow(KvDtype dtype, const float* x, int dim, uint8_t* dst) {
       break;
     case KvDtype::kInt4:
       std::memset(dst, 0, KvRowBytes(dtype, dim));
-      IntCodes(x, dim, s, -8, 7,
-               [&](int d, int q) { dst[d / 2] |= static_cast<uint8_t>((q & 15) << (4 * (d & 1))); });
+      IntCodes(x, dim, s, -8, 7, [&](int d, int q) {
+        dst[d / 2] |= static_cast<uint8_t>((q & 15) << (4 * (d & 1)));
+      });
       break;
     case KvDtype::kFp4E2m1:
       std::memset(dst, 0, KvRowBytes(dtype, dim));
@@ -205,7 +223,8 @@ float QuantizeKvRow(KvDtype dtype, const float* x, int dim, uint8_t* dst) {
         dst[d / 2] |= static_cast<uint8_t>(c << (4 * (d & 1)));
       }
       break;
-    default: break;
+    default:
+      break;
   }
   return s;
 }
@@ -263,11 +282,12 @@ __attribute__((target("avx2"))) inline __m256i Nibbles(const uint8_t* src) {
 __attribute__((target("avx2"))) inline __m256 Fp8ToFloat8(__m256i c) {
   const __m256i e = _mm256_and_si256(_mm256_srli_epi32(c, 3), _mm256_set1_epi32(15));
   const __m256i m = _mm256_and_si256(c, _mm256_set1_epi32(7));
-  const __m256 normal = _mm256_castsi256_ps(_mm256_or_si256(
-      _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(120)), 23), _mm256_slli_epi32(m, 20)));
+  const __m256 normal = _mm256_castsi256_ps(
+      _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(120)), 23),
+                      _mm256_slli_epi32(m, 20)));
   const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
-  __m256 v = _mm256_blendv_ps(
-      normal, sub, _mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256())));
+  __m256 v = _mm256_blendv_ps(normal, sub,
+                              _mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256())));
   const __m256i is_nan =
       _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
   v = _mm256_blendv_ps(v, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()),
@@ -286,14 +306,15 @@ void DequantizeKvRow(KvDtype dtype, const uint8_t* src, float s, int dim, float*
   DequantizeTail(dtype, src, s, 0, dim, dst);
 }
 
-__attribute__((target("avx2"))) void DequantizeKvRowAvx2(KvDtype dtype, const uint8_t* src,
-                                                         float s, int dim, float* dst) {
+__attribute__((target("avx2"))) void DequantizeKvRowAvx2(KvDtype dtype, const uint8_t* src, float s,
+                                                         int dim, float* dst) {
   static const bool f16c = __builtin_cpu_supports("f16c");
   const __m256 vs = _mm256_set1_ps(s);
   const __m256 fp4_table = _mm256_loadu_ps(kFp4Values.data());
   int d = 0;
   switch (dtype) {
-    case KvDtype::kFloat32: break;
+    case KvDtype::kFloat32:
+      break;
     case KvDtype::kBfloat16:
       for (; d + 8 <= dim; d += 8) {
         const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * d));

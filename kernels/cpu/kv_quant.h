@@ -33,9 +33,8 @@ namespace kvserve::kernels {
 
 enum class KvDtype : uint8_t { kFloat32, kBfloat16, kFloat16, kFp8E4m3, kInt8, kInt4, kFp4E2m1 };
 
-inline constexpr KvDtype kAllKvDtypes[] = {KvDtype::kFloat32, KvDtype::kBfloat16,
-                                           KvDtype::kFloat16, KvDtype::kFp8E4m3,
-                                           KvDtype::kInt8,    KvDtype::kInt4,
+inline constexpr KvDtype kAllKvDtypes[] = {KvDtype::kFloat32, KvDtype::kBfloat16, KvDtype::kFloat16,
+                                           KvDtype::kFp8E4m3, KvDtype::kInt8,     KvDtype::kInt4,
                                            KvDtype::kFp4E2m1};
 
 // The --kv_cache_dtype spelling: auto (fp32), bfloat16, float16, fp8_e4m3,

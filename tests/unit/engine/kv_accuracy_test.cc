@@ -78,8 +78,9 @@ constexpr Bounds kBounds[] = {
 // One test for all formats, so the fp32 pass runs once.
 TEST(KvAccuracyTest, TeacherForcedAgainstFp32Cache) {
   const auto ref = TeacherForcedLogits(KvCacheDtype::kFloat32, Tokens());
-  std::printf("| format | positions | top-1 agreement | mean KL | max KL | mean abs dlogp | "
-              "max abs dlogp |\n");
+  std::printf(
+      "| format | positions | top-1 agreement | mean KL | max KL | mean abs dlogp | "
+      "max abs dlogp |\n");
   double previous_mean_kl = 0;
   for (const Bounds& b : kBounds) {
     SCOPED_TRACE(KvCacheDtypeName(b.dtype));

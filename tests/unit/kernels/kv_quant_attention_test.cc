@@ -57,7 +57,8 @@ double DecodeRef(KvDtype dtype, const uint8_t* row, double scale, int d) {
       const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
       return ((c & 0x80) ? -v : v) * scale;
     }
-    case KvDtype::kInt8: return static_cast<int8_t>(row[d]) * scale;
+    case KvDtype::kInt8:
+      return static_cast<int8_t>(row[d]) * scale;
     case KvDtype::kInt4: {
       const int q = nibble();
       return (q >= 8 ? q - 16 : q) * scale;
@@ -291,8 +292,8 @@ TEST_P(KvQuantAttentionTest, LongContextMatchesReference) {
     ScopedIsaOverride force(isa);
     Paged w(GetParam(), c, 22);
     w.WriteAll();
-    std::vector<std::pair<int, int>> queries = {{0, 0}, {0, 31}, {0, 32}, {0, 1000}, {0, 3999},
-                                                {0, 3998}, {1, 32}, {0, 2047}};
+    std::vector<std::pair<int, int>> queries = {{0, 0},    {0, 31},   {0, 32}, {0, 1000},
+                                                {0, 3999}, {0, 3998}, {1, 32}, {0, 2047}};
     const std::vector<float> out = w.Attend(queries, nullptr);
     for (size_t i = 0; i < queries.size(); ++i) {
       auto [s, p] = queries[i];

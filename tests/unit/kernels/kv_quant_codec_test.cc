@@ -125,13 +125,19 @@ double RoundTripBound(KvDtype dtype, double x, double amax) {
   const double s = KvHasScale(dtype) ? amax / KvCodeMax(dtype) : 1.0;
   const double fp32 = 4 * 0x1p-24 * amax;
   switch (dtype) {
-    case KvDtype::kFloat32: return 0.0;
-    case KvDtype::kBfloat16: return std::fabs(x) * 0x1p-8;
-    case KvDtype::kFloat16: return std::max(std::fabs(x) * 0x1p-11, 0x1p-25);
-    case KvDtype::kFp8E4m3: return std::max(std::fabs(x) * 0x1p-4, 0x1p-10 * s) + fp32;
+    case KvDtype::kFloat32:
+      return 0.0;
+    case KvDtype::kBfloat16:
+      return std::fabs(x) * 0x1p-8;
+    case KvDtype::kFloat16:
+      return std::max(std::fabs(x) * 0x1p-11, 0x1p-25);
+    case KvDtype::kFp8E4m3:
+      return std::max(std::fabs(x) * 0x1p-4, 0x1p-10 * s) + fp32;
     case KvDtype::kInt8:
-    case KvDtype::kInt4: return 0.5 * s + fp32;
-    case KvDtype::kFp4E2m1: return 1.0 * s + fp32;  // the widest gap: 4 .. 6
+    case KvDtype::kInt4:
+      return 0.5 * s + fp32;
+    case KvDtype::kFp4E2m1:
+      return 1.0 * s + fp32;  // the widest gap: 4 .. 6
   }
   return 0.0;
 }
@@ -187,7 +193,8 @@ TEST_P(KvRowRoundTripTest, Avx2DecodeEqualsScalar) {
     std::vector<float> a(dim), b(dim);
     for (int trial = 0; trial < 50; ++trial) {
       for (uint8_t& x : bytes) x = static_cast<uint8_t>(rng());
-      const float s = std::ldexp(1.0f + (rng() % 1000) / 1000.0f, static_cast<int>(rng() % 20) - 10);
+      const float s =
+          std::ldexp(1.0f + (rng() % 1000) / 1000.0f, static_cast<int>(rng() % 20) - 10);
       DequantizeKvRow(dtype, bytes.data(), s, dim, a.data());
       DequantizeKvRowAvx2(dtype, bytes.data(), s, dim, b.data());
       for (int d = 0; d < dim; ++d) {

@@ -183,8 +183,7 @@ void CheckInvariance(const engine::Model& model, bool seeded, engine::KvCacheDty
   }
   std::printf("%s %s %s: %lld tokens; preemptions: %lld (pool 9x16), %lld (pool 39x4)\n",
               model.name.c_str(), engine::KvCacheDtypeName(dtype).c_str(),
-              seeded ? "seeded" : "greedy",
-              static_cast<long long>(total_tokens),
+              seeded ? "seeded" : "greedy", static_cast<long long>(total_tokens),
               static_cast<long long>(small_pool.stats.num_preemptions),
               static_cast<long long>(small_blocks.stats.num_preemptions));
 }
@@ -205,15 +204,15 @@ TEST_P(EngineInvarianceTest, SeededStreamsAreBitIdentical) {
   CheckInvariance(model(), true, dtype());
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineInvarianceTest,
-                         ::testing::Combine(
-                             ::testing::ValuesIn(engine::testing::TinyModelsOfEveryFamily()),
-                             ::testing::ValuesIn(kernels::kAllKvDtypes)),
-                         [](const auto& info) {
-                           std::string name = std::get<0>(info.param);
-                           for (char& ch : name) ch = ch == '-' ? '_' : ch;
-                           return name + engine::testing::KvDtypeSuffix(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Models, EngineInvarianceTest,
+    ::testing::Combine(::testing::ValuesIn(engine::testing::TinyModelsOfEveryFamily()),
+                       ::testing::ValuesIn(kernels::kAllKvDtypes)),
+    [](const auto& info) {
+      std::string name = std::get<0>(info.param);
+      for (char& ch : name) ch = ch == '-' ? '_' : ch;
+      return name + engine::testing::KvDtypeSuffix(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace kvserve::scheduler

@@ -41,8 +41,7 @@ TEST(ServerConfig, BadValuesNameTheFlag) {
 
 TEST(ServerConfig, KvCacheDtype) {
   ServerConfig c;
-  for (const char* ok :
-       {"auto", "bfloat16", "float16", "fp8_e4m3", "int8", "int4", "fp4_e2m1"}) {
+  for (const char* ok : {"auto", "bfloat16", "float16", "fp8_e4m3", "int8", "int4", "fp4_e2m1"}) {
     c.kv_cache_dtype = ok;
     EXPECT_EQ(Error(c), "") << ok;
     c.backend = "cpu";
