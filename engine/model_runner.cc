@@ -15,7 +15,8 @@ KvCacheShape ShapeFor(const ModelConfig& c, const RunnerOptions& o) {
                       .num_blocks = o.num_blocks,
                       .num_kv_heads = c.num_kv_heads,
                       .block_size = o.block_size,
-                      .head_dim = c.head_dim};
+                      .head_dim = c.head_dim,
+                      .dtype = o.kv_cache_dtype};
 }
 
 void Linear(const float* x, int64_t m, int64_t ldx, const kernels::PackedMatrix& w,
@@ -135,6 +136,9 @@ void ModelRunner::RunLayer(int64_t layer, const StepInput& in) {
                          .src_stride = qkv_width,
                          .k_cache = cache_.k(layer),
                          .v_cache = cache_.v(layer),
+                         .kv_dtype = cache_.shape().dtype,
+                         .k_scales = cache_.k_scales(layer),
+                         .v_scales = cache_.v_scales(layer),
                          .slot_mapping = in.slot_mapping.data(),
                          .num_tokens = static_cast<int>(n),
                          .num_kv_heads = static_cast<int>(c.num_kv_heads),
@@ -145,6 +149,9 @@ void ModelRunner::RunLayer(int64_t layer, const StepInput& in) {
                            .out = attn_.data(),
                            .k_cache = cache_.k(layer),
                            .v_cache = cache_.v(layer),
+                           .kv_dtype = cache_.shape().dtype,
+                           .k_scales = cache_.k_scales(layer),
+                           .v_scales = cache_.v_scales(layer),
                            .num_tokens = static_cast<int>(n),
                            .num_heads = static_cast<int>(c.num_heads),
                            .num_kv_heads = static_cast<int>(c.num_kv_heads),

@@ -28,7 +28,8 @@ namespace kvserve::engine {
 struct RunnerOptions {
   int64_t num_blocks = 256;
   int64_t block_size = 16;
-  kernels::ThreadPool* pool = nullptr;  // nullptr: ThreadPool::Default()
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kFloat32;  // row format (engine/kv_cache.h)
+  kernels::ThreadPool* pool = nullptr;                   // nullptr: ThreadPool::Default()
 };
 
 class ModelRunner {

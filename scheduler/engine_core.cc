@@ -58,10 +58,12 @@ EngineCore::EngineCore(const EngineConfig& config, const ModelInfo& model,
 }
 
 std::unique_ptr<EngineCore> EngineCore::ForModel(const engine::Model& model,
-                                                 const EngineConfig& config) {
+                                                 const EngineConfig& config,
+                                                 engine::KvCacheDtype kv_dtype) {
   auto runner = std::make_unique<ModelStepRunner>(
-      model,
-      engine::RunnerOptions{.num_blocks = config.num_blocks, .block_size = config.block_size});
+      model, engine::RunnerOptions{.num_blocks = config.num_blocks,
+                                   .block_size = config.block_size,
+                                   .kv_cache_dtype = kv_dtype});
   return std::make_unique<EngineCore>(config, ModelInfoOf(model), std::move(runner));
 }
 

@@ -75,9 +75,10 @@ class EngineCore {
   EngineCore(const EngineConfig& config, const ModelInfo& model,
              std::unique_ptr<StepRunner> runner);
   // With a ModelStepRunner over `model` (which must outlive the core), its
-  // KV storage sized by config.num_blocks / block_size.
-  static std::unique_ptr<EngineCore> ForModel(const engine::Model& model,
-                                              const EngineConfig& config);
+  // KV storage sized by config.num_blocks / block_size, its rows in kv_dtype.
+  static std::unique_ptr<EngineCore> ForModel(
+      const engine::Model& model, const EngineConfig& config,
+      engine::KvCacheDtype kv_dtype = engine::KvCacheDtype::kFloat32);
 
   absl::Status AddRequest(RequestId id, RequestParams params, OutputCallback callback,
                           TimePoint now = Clock::now(), RejectReason* reason = nullptr) {

@@ -17,14 +17,16 @@ absl::Status WithFlag(const char* flag, const std::string& value, const absl::St
                       absl::StrCat("--", flag, "=", value, ": ", std::string(s.message())));
 }
 
-// cpu: blocks from --num_kv_blocks, else --kv_cache_memory_mb.
-int32_t CpuKvBlocks(const ServerConfig& c, const engine::Model& model) {
+// cpu: blocks from --num_kv_blocks, else --kv_cache_memory_mb over the
+// bytes of one block in the chosen format (scales included).
+int32_t CpuKvBlocks(const ServerConfig& c, const engine::Model& model, engine::KvCacheDtype dtype) {
   if (c.num_kv_blocks > 0) return c.num_kv_blocks;
   const engine::KvCacheShape shape{.num_layers = model.config.num_layers,
                                    .num_blocks = 1,
                                    .num_kv_heads = model.config.num_kv_heads,
                                    .block_size = c.block_size,
-                                   .head_dim = model.config.head_dim};
+                                   .head_dim = model.config.head_dim,
+                                   .dtype = dtype};
   const int64_t blocks = (c.kv_cache_memory_mb << 20) / shape.bytes_per_block();
   return static_cast<int32_t>(std::clamp<int64_t>(blocks, 2, 1 << 24));
 }
@@ -40,9 +42,14 @@ absl::StatusOr<Backend> MakeCpuBackend(const ServerConfig& c) {
                                .max_model_len = c.max_model_len});
   if (!model.ok()) return WithFlag("model", c.model, model.status());
   b.model = std::move(*model);
-  b.num_blocks = CpuKvBlocks(c, *b.model);
+  auto dtype = engine::ParseKvCacheDtype(c.kv_cache_dtype);
+  if (!dtype.ok()) return WithFlag("kv_cache_dtype", c.kv_cache_dtype, dtype.status());
+  b.kv_cache_dtype = *dtype;
+  b.num_blocks = CpuKvBlocks(c, *b.model, *dtype);
   b.runner = std::make_unique<scheduler::ModelStepRunner>(
-      *b.model, engine::RunnerOptions{.num_blocks = b.num_blocks, .block_size = c.block_size});
+      *b.model,
+      engine::RunnerOptions{
+          .num_blocks = b.num_blocks, .block_size = c.block_size, .kv_cache_dtype = *dtype});
   return b;
 }
 
@@ -62,6 +69,12 @@ class CudaStepRunner final : public scheduler::StepRunner {
 };
 
 absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::CudaBackendApi& api) {
+  if (c.kv_cache_dtype != "auto") {  // --backend=auto chose CUDA
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--kv_cache_dtype=", c.kv_cache_dtype,
+        ": the cuda backend has only the auto KV cache (its quantized kernels do not exist "
+        "yet); use --kv_cache_dtype=auto or --backend=cpu"));
+  }
   Backend b;
   b.name = "cuda";
   // The device gets the weights; no fp32 host copy.

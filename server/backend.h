@@ -26,6 +26,7 @@ struct Backend {
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<scheduler::StepRunner> runner;
   int32_t num_blocks = 0;  // the null block included
+  engine::KvCacheDtype kv_cache_dtype = engine::KvCacheDtype::kFloat32;
 };
 
 // Errors name the flag at fault (--model, --backend, --dtype, ...).

@@ -68,6 +68,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const S
   return grpc::SslServerCredentials(options);
 }
 
+// Tokens the KV pool holds: usable blocks (the null block is never handed
+// out) times block size.
+int64_t KvCapacityTokens(const scheduler::EngineConfig& engine) {
+  return int64_t{engine.num_blocks - 1} * engine.block_size;
+}
+
 v1::GetModelInfoResponse MakeModelInfo(const ServerConfig& c, const engine::Model& model,
                                        const scheduler::EngineConfig& engine,
                                        const std::string& backend) {
@@ -78,6 +84,8 @@ v1::GetModelInfoResponse MakeModelInfo(const ServerConfig& c, const engine::Mode
   info.set_vocab_size(static_cast<int32_t>(model.config.vocab_size));
   info.set_block_size(engine.block_size);
   info.set_num_kv_blocks(engine.num_blocks);
+  info.set_kv_cache_dtype(c.kv_cache_dtype);
+  info.set_kv_cache_capacity_tokens(KvCapacityTokens(engine));
   info.set_backend(backend);
   info.set_version(KVSERVE_VERSION);
   info.set_max_num_seqs(engine.batch.max_num_seqs);
@@ -169,6 +177,8 @@ int RunDaemon(const ServerConfig& config) {
       ServerInfoLabels{.model = model.name,
                        .backend = backend,
                        .block_size = config.block_size,
+                       .kv_cache_dtype = config.kv_cache_dtype,
+                       .kv_cache_capacity_tokens = KvCapacityTokens(engine_config),
                        .eos_token_ids = absl::StrJoin(model.config.eos_token_ids, ","),
                        .version = KVSERVE_VERSION},
       loop);
@@ -203,11 +213,11 @@ int RunDaemon(const ServerConfig& config) {
   health.Start();
 
   engine::Log().info(
-      "serving model={} backend={} device={} kv_blocks={} block_size={} max_model_len={} tls={} "
-      "auth={}",
+      "serving model={} backend={} device={} kv_blocks={} block_size={} kv_cache_dtype={} "
+      "kv_cache_capacity_tokens={} max_model_len={} tls={} auth={}",
       model.name, backend, backend_parts.device, engine_config.num_blocks, engine_config.block_size,
-      engine_config.max_model_len, config.tls_cert_file.empty() ? "off" : "on",
-      token.empty() ? "off" : "on");
+      config.kv_cache_dtype, KvCapacityTokens(engine_config), engine_config.max_model_len,
+      config.tls_cert_file.empty() ? "off" : "on", token.empty() ? "off" : "on");
   std::printf("kvserve ready grpc=%s:%d metrics=%s:%d\n", config.host.c_str(), grpc_port,
               config.metrics_host.c_str(), metrics_port);
   std::fflush(stdout);

@@ -20,6 +20,11 @@ ABSL_FLAG(int32_t, num_kv_blocks, 0,
           "--gpu_memory_fraction (cuda).");
 ABSL_FLAG(int64_t, kv_cache_memory_mb, 256,
           "cpu backend: KV cache memory in MiB, used when --num_kv_blocks is 0.");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "cpu backend: KV cache format: auto (fp32), bfloat16, float16, fp8_e4m3, int8, int4 or "
+          "fp4_e2m1; the scaled ones (fp8, int8, int4, fp4) keep one fp32 scale per token and kv "
+          "head. The pool holds --kv_cache_memory_mb / bytes per block blocks, so the smaller "
+          "formats hold more tokens. The cuda backend takes only auto.");
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "cuda backend: fraction of the GPU's memory kvserve may use (weights, KV cache, "
           "scratch); the KV cache gets what is left, when --num_kv_blocks is 0.");
@@ -73,6 +78,7 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.num_kv_blocks = absl::GetFlag(FLAGS_num_kv_blocks);
   c.kv_cache_memory_mb = absl::GetFlag(FLAGS_kv_cache_memory_mb);
   c.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+  c.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
   c.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   c.dtype = absl::GetFlag(FLAGS_dtype);
   c.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);

@@ -68,6 +68,7 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
       .Add({{"model", info.model},
             {"backend", info.backend},
             {"block_size", std::to_string(info.block_size)},
+            {"kv_cache_dtype", info.kv_cache_dtype},
             {"eos_token_ids", info.eos_token_ids},
             {"version", info.version}})
       .Set(1);
@@ -89,6 +90,14 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
   blocks_in_use_ = &blocks.Add({{"state", "in_use"}});
   blocks_free_cached_ = &blocks.Add({{"state", "free_cached"}});
   blocks_free_uncached_ = &blocks.Add({{"state", "free_uncached"}});
+  BuildGauge()
+      .Name("kvserve_kv_cache_capacity_tokens")
+      .Help(
+          "Tokens the KV cache pool holds (usable blocks x block size), in its format "
+          "(kvserve_server_info's kv_cache_dtype).")
+      .Register(r)
+      .Add({})
+      .Set(static_cast<double>(info.kv_cache_capacity_tokens));
   blocks_capacity_ = &BuildGauge()
                           .Name("kvserve_kv_cache_blocks_capacity")
                           .Help("Usable KV cache blocks (the null block excluded).")

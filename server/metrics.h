@@ -44,6 +44,8 @@ struct ServerInfoLabels {
   std::string model;
   std::string backend;
   int32_t block_size = 0;
+  std::string kv_cache_dtype;  // --kv_cache_dtype
+  int64_t kv_cache_capacity_tokens = 0;
   std::string eos_token_ids;  // "2,0": every id that ends generation
   std::string version;
 };

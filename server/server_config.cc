@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/kv_cache.h"
 
 namespace kvserve::server {
 namespace {
@@ -57,6 +58,14 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   if (c.dtype != "auto" && c.dtype != "float32" && c.dtype != "bfloat16" && c.dtype != "float16") {
     return Bad("dtype",
                absl::StrCat("must be auto, float32, bfloat16 or float16, got \"", c.dtype, "\""));
+  }
+  if (auto dtype = engine::ParseKvCacheDtype(c.kv_cache_dtype); !dtype.ok()) {
+    return Bad("kv_cache_dtype", std::string(dtype.status().message()));
+  }
+  if (c.backend == "cuda" && c.kv_cache_dtype != "auto") {
+    return Bad("kv_cache_dtype", absl::StrCat("the cuda backend has only the auto KV cache (its "
+                                              "quantized kernels do not exist yet), got \"",
+                                              c.kv_cache_dtype, "\"; use --backend=cpu"));
   }
   if (c.generation_config != "auto" && c.generation_config != "none") {
     return Bad("generation_config",

@@ -22,6 +22,9 @@ struct ServerConfig {
   int32_t num_kv_blocks = 0;         // 0: from kv_cache_memory_mb
   int64_t kv_cache_memory_mb = 256;  // cpu: used when num_kv_blocks == 0
   double gpu_memory_fraction = 0.9;  // cuda: used when num_kv_blocks == 0
+  // KV cache row format (engine/kv_cache.h): auto (fp32), bfloat16, float16,
+  // fp8_e4m3, int8, int4, fp4_e2m1. cpu only; cuda takes auto.
+  std::string kv_cache_dtype = "auto";
   int32_t cuda_device = 0;
   std::string dtype = "auto";    // cuda: auto | float32 | bfloat16 | float16
   bool batch_invariant = false;  // cuda: batch-invariant kernels

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/avx2_math.h"
 #include "kernels/cpu/cpu_features.h"
@@ -53,6 +54,9 @@ struct ScalarOps {
       const float wj = w[j];
       for (int d = 0; d < dim; ++d) out[d] += wj * v[d];
     }
+  }
+  static void Decode(KvDtype dtype, const uint8_t* src, float scale, int dim, float* dst) {
+    DequantizeKvRow(dtype, src, scale, dim, dst);
   }
 };
 
@@ -169,7 +173,17 @@ struct Avx2Ops {
                          int dim) {
     AccumulateAvx2(out, corr, w, vals, n, dim);
   }
+  static void Decode(KvDtype dtype, const uint8_t* src, float scale, int dim, float* dst) {
+    DequantizeKvRowAvx2(dtype, src, scale, dim, dst);
+  }
 };
+
+// A thread's fp32 tile for decoded rows, at least `floats` long.
+float* DecodeScratch(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
+  return buffer.data();
+}
 
 // Query heads [head, head + count) of token t, all of kv head `kv_head`.
 //
@@ -217,22 +231,39 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
   const float* keys[kTile];
   const float* vals[kTile];
   alignas(32) float s[kTile];
+  // Packed formats: rows decoded into this thread's scratch tile.
+  const bool packed = p.kv_dtype != KvDtype::kFloat32;
+  const int64_t row_bytes = KvRowBytes(p.kv_dtype, dim);
+  const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
+  const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
+  float* scratch = packed ? DecodeScratch(2 * kTile * dim) : nullptr;
   for (int tile = lo / kTile * kTile; tile <= pos; tile += kTile) {
     const int j0 = std::max(lo, tile);
     const int n = std::min(pos + 1, tile + kTile) - j0;
     for (int i = 0; i < n; ++i) {
       const int64_t row = cursor.Next();
-      keys[i] = p.k_cache + row * dim;
-      vals[i] = p.v_cache + row * dim;
+      if (!packed) {
+        keys[i] = p.k_cache + row * dim;
+        vals[i] = p.v_cache + row * dim;
+        continue;
+      }
+      float* kd = scratch + static_cast<int64_t>(i) * dim;
+      float* vd = scratch + static_cast<int64_t>(kTile + i) * dim;
+      const float ks = p.k_scales != nullptr ? p.k_scales[row] : 1.0f;
+      const float vs = p.v_scales != nullptr ? p.v_scales[row] : 1.0f;
+      Ops::Decode(p.kv_dtype, k_bytes + row * row_bytes, ks, dim, kd);
+      Ops::Decode(p.kv_dtype, v_bytes + row * row_bytes, vs, dim, vd);
+      keys[i] = kd;
+      vals[i] = vd;
     }
     // The next tile's rows (all attended) sit in scattered blocks that the
     // hardware prefetcher does not follow; ask for them while this tile runs.
     Cursor ahead = cursor;
     for (int j = tile + kTile; j < std::min(pos + 1, tile + 2 * kTile); ++j) {
-      const int64_t offset = ahead.Next() * dim;
-      for (int d = 0; d < dim; d += 16) {
-        __builtin_prefetch(p.k_cache + offset + d);
-        __builtin_prefetch(p.v_cache + offset + d);
+      const int64_t offset = ahead.Next() * row_bytes;
+      for (int64_t b = 0; b < row_bytes; b += 64) {
+        __builtin_prefetch(k_bytes + offset + b);
+        __builtin_prefetch(v_bytes + offset + b);
       }
     }
     for (int g = 0; g < count; ++g) {
@@ -291,7 +322,9 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool) {
 }
 
 void WriteKvCache(const WriteKvParams& p) {
-  const size_t row_bytes = sizeof(float) * p.head_dim;
+  const int64_t row_bytes = KvRowBytes(p.kv_dtype, p.head_dim);
+  auto* k_bytes = reinterpret_cast<uint8_t*>(p.k_cache);
+  auto* v_bytes = reinterpret_cast<uint8_t*>(p.v_cache);
   for (int t = 0; t < p.num_tokens; ++t) {
     const int64_t slot = p.slot_mapping[t];
     if (slot < 0) continue;
@@ -299,9 +332,11 @@ void WriteKvCache(const WriteKvParams& p) {
     for (int h = 0; h < p.num_kv_heads; ++h) {
       const int64_t src =
           static_cast<int64_t>(t) * p.src_stride + static_cast<int64_t>(h) * p.head_dim;
-      const int64_t dst = ((block * p.num_kv_heads + h) * p.block_size + offset) * p.head_dim;
-      std::memcpy(p.k_cache + dst, p.k + src, row_bytes);
-      std::memcpy(p.v_cache + dst, p.v + src, row_bytes);
+      const int64_t row = (block * p.num_kv_heads + h) * p.block_size + offset;
+      const float ks = QuantizeKvRow(p.kv_dtype, p.k + src, p.head_dim, k_bytes + row * row_bytes);
+      const float vs = QuantizeKvRow(p.kv_dtype, p.v + src, p.head_dim, v_bytes + row * row_bytes);
+      if (p.k_scales != nullptr) p.k_scales[row] = ks;
+      if (p.v_scales != nullptr) p.v_scales[row] = vs;
     }
   }
 }

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kvserve::kernels {
@@ -29,8 +30,14 @@ struct PagedAttentionParams {
   const float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
   int64_t q_stride = 0;      // floats between consecutive tokens
   float* out = nullptr;      // [num_tokens, num_heads, head_dim], contiguous
+  // The layer's K/V storage in kv_dtype's row format (kernels/cpu/kv_quant.h):
+  // fp32 values for kFloat32, else the packed bytes behind this pointer.
   const float* k_cache = nullptr;
   const float* v_cache = nullptr;
+  KvDtype kv_dtype = KvDtype::kFloat32;
+  // Scaled formats: one fp32 scale per cache row (block, kv_head, offset).
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
   int num_tokens = 0;
   int num_heads = 0;
   int num_kv_heads = 0;  // num_heads % num_kv_heads == 0 (GQA / MQA)
@@ -53,14 +60,21 @@ struct PagedAttentionParams {
 // count for a given ISA path; the AVX2 path (vectorised exp, 8-lane dot
 // products) and the scalar path differ in the last bits. There is no AVX-512
 // body: kAvx512 runs the AVX2 one.
+//
+// Other formats than fp32: each key tile's rows are decoded into a
+// per-thread fp32 tile (2 x 32 rows) and attended as fp32 rows are; a row
+// decodes the same wherever it is read, so the invariance above holds.
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool);
 
 struct WriteKvParams {
   const float* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], row stride src_stride
   const float* v = nullptr;
   int64_t src_stride = 0;
-  float* k_cache = nullptr;
+  float* k_cache = nullptr;  // as PagedAttentionParams::k_cache
   float* v_cache = nullptr;
+  KvDtype kv_dtype = KvDtype::kFloat32;
+  float* k_scales = nullptr;  // scaled formats: one per cache row
+  float* v_scales = nullptr;
   const int64_t* slot_mapping = nullptr;  // [num_tokens]: block * block_size + offset; < 0: skip
   int num_tokens = 0;
   int num_kv_heads = 0;
@@ -68,7 +82,8 @@ struct WriteKvParams {
   int block_size = 0;
 };
 
-// Writes each new token's K and V into its slot.
+// Writes each new token's K and V into its slot, encoded per (token, kv head)
+// row: a row's bytes and scale depend on that row alone.
 void WriteKvCache(const WriteKvParams& p);
 
 }  // namespace kvserve::kernels

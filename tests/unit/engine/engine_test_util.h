@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "gtest/gtest.h"
@@ -35,6 +36,14 @@ inline const Model& BuiltinModel(const std::string& name) {
 
 inline const Model& TinyModel() { return BuiltinModel("tiny"); }
 
+// A test name's suffix for a KV cache format: "" for fp32 (auto), so the fp32
+// cases keep their names, else "_int8" etc.
+inline std::string KvDtypeSuffix(KvCacheDtype dtype) {
+  std::string suffix;
+  if (dtype != KvCacheDtype::kFloat32) suffix = absl::StrCat("_", KvCacheDtypeName(dtype));
+  return suffix;
+}
+
 // builtin:tiny and one tiny model of each family beyond Llama (every
 // optional feature of the runner: builtin_models.h).
 inline const std::vector<std::string>& TinyModelsOfEveryFamily() {
@@ -53,8 +62,10 @@ struct Sequence {
 class Harness {
  public:
   Harness(const Model& model, int64_t block_size, int64_t num_blocks, uint32_t seed,
-          bool shuffle_and_poison = true)
-      : runner_(model, RunnerOptions{.num_blocks = num_blocks, .block_size = block_size}) {
+          bool shuffle_and_poison = true, KvCacheDtype kv_dtype = KvCacheDtype::kFloat32)
+      : runner_(model, RunnerOptions{.num_blocks = num_blocks,
+                                     .block_size = block_size,
+                                     .kv_cache_dtype = kv_dtype}) {
     for (int32_t b = 1; b < num_blocks; ++b) free_.push_back(b);  // block 0: null block
     if (!shuffle_and_poison) return;
     std::shuffle(free_.begin(), free_.end(), std::mt19937(seed));

@@ -3,7 +3,8 @@
 // tiny model of every other family (q/k norms, partial rotary + longrope,
 // soft-capping, sliding windows of 24 / 40 that the sequences cross,
 // alternating sliding/global layers), with shuffled block tables and NaN in
-// every slot a sequence does not own.
+// every slot a sequence does not own; for every KV cache format (a row's
+// encoding depends on that row alone, so each holds bit for bit).
 #include <random>
 #include <string>
 #include <tuple>
@@ -13,9 +14,11 @@
 namespace kvserve::engine::testing {
 namespace {
 
-class RunnerInvarianceTest : public ::testing::TestWithParam<std::tuple<std::string, int64_t>> {
+class RunnerInvarianceTest
+    : public ::testing::TestWithParam<std::tuple<std::string, int64_t, KvCacheDtype>> {
  protected:
   int64_t block_size() const { return std::get<1>(GetParam()); }
+  KvCacheDtype dtype() const { return std::get<2>(GetParam()); }
   const Model& model() const { return BuiltinModel(std::get<0>(GetParam())); }
   int vocab() const { return static_cast<int>(model().config.vocab_size); }
 };
@@ -39,8 +42,8 @@ std::vector<std::vector<float>> ChunkedPrefill(Harness& h, const std::vector<int
 
 // (1) Decoding with the cache equals recomputing the whole sequence.
 TEST_P(RunnerInvarianceTest, DecodeWithCacheEqualsFullRecompute) {
-  Harness cached(model(), block_size(), 160, 1);
-  Harness fresh(model(), block_size(), 160, 2);
+  Harness cached(model(), block_size(), 160, 1, true, dtype());
+  Harness fresh(model(), block_size(), 160, 2, true, dtype());
   Sequence seq{.tokens = RandomTokens(21, vocab(), 7)};
   StepInput prefill;
   cached.Schedule(prefill, seq, 21, StepInput::Logits::kLast);
@@ -64,7 +67,7 @@ TEST_P(RunnerInvarianceTest, DecodeWithCacheEqualsFullRecompute) {
 // (2) Chunked prefill with chunks of 1, 7, 64 and the whole prompt.
 TEST_P(RunnerInvarianceTest, ChunkedPrefillIsBitIdentical) {
   const std::vector<int32_t> prompt = RandomTokens(97, vocab(), 11);
-  Harness h(model(), block_size(), 160, 3);
+  Harness h(model(), block_size(), 160, 3, true, dtype());
   const auto whole = ChunkedPrefill(h, prompt, 97);
   ASSERT_EQ(whole.size(), 97u);
   for (int32_t chunk : {1, 7, 64}) {
@@ -83,7 +86,7 @@ TEST_P(RunnerInvarianceTest, BatchInvariance) {
   constexpr int kChunk = 13, kDecodeSteps = 12;
 
   // Alone.
-  Harness alone_h(model(), block_size(), 200, 4);
+  Harness alone_h(model(), block_size(), 200, 4, true, dtype());
   Sequence alone{.tokens = prompt};
   std::vector<std::vector<float>> alone_rows;
   for (int step = 0; alone_rows.size() < kDecodeSteps + 5; ++step) {
@@ -97,7 +100,7 @@ TEST_P(RunnerInvarianceTest, BatchInvariance) {
   }
 
   // In a batch: the target is placed at a random index among 16 others.
-  Harness batch_h(model(), block_size(), 2000, 6);
+  Harness batch_h(model(), block_size(), 2000, 6, true, dtype());
   Sequence target{.tokens = prompt};
   std::vector<Sequence> others(16);
   std::uniform_int_distribution<int> len(1, 120);
@@ -147,8 +150,8 @@ TEST_P(RunnerInvarianceTest, BatchInvariance) {
 // same logits as contiguous tables over a clean cache.
 TEST_P(RunnerInvarianceTest, NonContiguousPoisonedBlocksChangeNothing) {
   const std::vector<int32_t> prompt = RandomTokens(70, vocab(), 17);
-  Harness contiguous(model(), block_size(), 120, 0, /*shuffle_and_poison=*/false);
-  Harness shuffled(model(), block_size(), 120, 9, /*shuffle_and_poison=*/true);
+  Harness contiguous(model(), block_size(), 120, 0, /*shuffle_and_poison=*/false, dtype());
+  Harness shuffled(model(), block_size(), 120, 9, /*shuffle_and_poison=*/true, dtype());
   const auto a = ChunkedPrefill(contiguous, prompt, 16);
   const auto b = ChunkedPrefill(shuffled, prompt, 23);
   for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(BitEqual(a[i], b[i])) << "token " << i;
@@ -156,11 +159,13 @@ TEST_P(RunnerInvarianceTest, NonContiguousPoisonedBlocksChangeNothing) {
 
 INSTANTIATE_TEST_SUITE_P(ModelsAndBlockSizes, RunnerInvarianceTest,
                          ::testing::Combine(::testing::ValuesIn(TinyModelsOfEveryFamily()),
-                                            ::testing::Values(1, 8, 16)),
+                                            ::testing::Values(1, 8, 16),
+                                            ::testing::ValuesIn(kernels::kAllKvDtypes)),
                          [](const auto& info) {
                            std::string name = std::get<0>(info.param);
                            for (char& ch : name) ch = ch == '-' ? '_' : ch;
-                           return name + "_block" + std::to_string(std::get<1>(info.param));
+                           return name + "_block" + std::to_string(std::get<1>(info.param)) +
+                                  KvDtypeSuffix(std::get<2>(info.param));
                          });
 
 }  // namespace

@@ -6,13 +6,15 @@
 //   (b) among 30 concurrent requests arriving at random steps,
 //   (c) with its prompt prefix served from the cache,
 //   (d) under a pool so small that requests are preempted and recomputed,
-//   (e) with token budgets 16, 64 and 2048 (chunked prefills).
+//   (e) with token budgets 16, 64 and 2048 (chunked prefills),
+// for every KV cache format (engine/kv_cache.h).
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -75,8 +77,8 @@ struct RunResult {
 
 // Runs jobs concurrently: job i is submitted before step arrival_step.
 RunResult RunConcurrent(const engine::Model& model, const EngineConfig& config,
-                        const std::vector<Job>& jobs) {
-  auto core = EngineCore::ForModel(model, config);
+                        const std::vector<Job>& jobs, engine::KvCacheDtype dtype) {
+  auto core = EngineCore::ForModel(model, config, dtype);
   Collector collector;
   size_t submitted = 0;
   std::vector<size_t> order(jobs.size());
@@ -102,8 +104,8 @@ RunResult RunConcurrent(const engine::Model& model, const EngineConfig& config,
 
 // Runs jobs one after another in one core.
 RunResult RunSequential(const engine::Model& model, const EngineConfig& config,
-                        const std::vector<Job>& jobs) {
-  auto core = EngineCore::ForModel(model, config);
+                        const std::vector<Job>& jobs, engine::KvCacheDtype dtype) {
+  auto core = EngineCore::ForModel(model, config, dtype);
   Collector collector;
   for (size_t i = 0; i < jobs.size(); ++i) {
     EXPECT_TRUE(core->AddRequest(static_cast<RequestId>(i), jobs[i].params,
@@ -126,11 +128,11 @@ void ExpectSameTokens(const RunResult& ref, const RunResult& got, const char* wh
   }
 }
 
-void CheckInvariance(const engine::Model& model, bool seeded) {
+void CheckInvariance(const engine::Model& model, bool seeded, engine::KvCacheDtype dtype) {
   const std::vector<Job> jobs = MakeJobs(seeded, seeded ? 11 : 12);
 
   // (a) alone: one at a time, no prefix cache, a large budget.
-  const RunResult alone = RunSequential(model, Config(256, 16, 2048, false), jobs);
+  const RunResult alone = RunSequential(model, Config(256, 16, 2048, false), jobs, dtype);
   int64_t total_tokens = 0;
   std::set<std::vector<int32_t>> distinct;
   for (const auto& [id, r] : alone.results) {
@@ -142,12 +144,12 @@ void CheckInvariance(const engine::Model& model, bool seeded) {
   EXPECT_GT(distinct.size(), 10u);  // the streams differ from one another
 
   // (b) 30 concurrent requests arriving at random steps.
-  const RunResult concurrent = RunConcurrent(model, Config(256, 16, 2048, true), jobs);
+  const RunResult concurrent = RunConcurrent(model, Config(256, 16, 2048, true), jobs, dtype);
   ExpectSameTokens(alone, concurrent, "concurrent");
 
   // (c) prefixes from the cache: one after another with the cache on, so
   // every request sharing a prefix with an earlier one hits.
-  const RunResult cached = RunSequential(model, Config(256, 16, 2048, true), jobs);
+  const RunResult cached = RunSequential(model, Config(256, 16, 2048, true), jobs, dtype);
   ExpectSameTokens(alone, cached, "prefix-cached");
   int hits = 0;
   for (size_t i = 4; i < jobs.size(); ++i) {  // 1, 2, 3 are each prefix's first
@@ -164,43 +166,53 @@ void CheckInvariance(const engine::Model& model, bool seeded) {
   // small block size too.
   std::vector<Job> at_once = jobs;
   for (Job& j : at_once) j.arrival_step = 0;
-  const RunResult small_pool = RunConcurrent(model, Config(10, 16, 2048, true), at_once);
+  const RunResult small_pool = RunConcurrent(model, Config(10, 16, 2048, true), at_once, dtype);
   ExpectSameTokens(alone, small_pool, "small pool");
   EXPECT_GT(small_pool.stats.num_preemptions, 0);
-  const RunResult small_blocks = RunConcurrent(model, Config(40, 4, 64, true), jobs);
+  const RunResult small_blocks = RunConcurrent(model, Config(40, 4, 64, true), jobs, dtype);
   ExpectSameTokens(alone, small_blocks, "small pool, block size 4");
   EXPECT_GT(small_blocks.stats.num_preemptions, 0);
 
   // (e) token budgets.
   for (int32_t budget : {16, 64, 2048}) {
-    const RunResult r = RunConcurrent(model, Config(256, 16, budget, true), jobs);
+    const RunResult r = RunConcurrent(model, Config(256, 16, budget, true), jobs, dtype);
     ExpectSameTokens(alone, r,
                      budget == 16   ? "budget 16"
                      : budget == 64 ? "budget 64"
                                     : "budget 2048");
   }
-  std::printf("%s %s: %lld tokens; preemptions: %lld (pool 9x16), %lld (pool 39x4)\n",
-              model.name.c_str(), seeded ? "seeded" : "greedy",
-              static_cast<long long>(total_tokens),
+  std::printf("%s %s %s: %lld tokens; preemptions: %lld (pool 9x16), %lld (pool 39x4)\n",
+              model.name.c_str(), engine::KvCacheDtypeName(dtype).c_str(),
+              seeded ? "seeded" : "greedy", static_cast<long long>(total_tokens),
               static_cast<long long>(small_pool.stats.num_preemptions),
               static_cast<long long>(small_blocks.stats.num_preemptions));
 }
 
-class EngineInvarianceTest : public ::testing::TestWithParam<std::string> {
+class EngineInvarianceTest
+    : public ::testing::TestWithParam<std::tuple<std::string, engine::KvCacheDtype>> {
  protected:
-  const engine::Model& model() const { return engine::testing::BuiltinModel(GetParam()); }
+  const engine::Model& model() const {
+    return engine::testing::BuiltinModel(std::get<0>(GetParam()));
+  }
+  engine::KvCacheDtype dtype() const { return std::get<1>(GetParam()); }
 };
 
-TEST_P(EngineInvarianceTest, GreedyStreamsAreBitIdentical) { CheckInvariance(model(), false); }
-TEST_P(EngineInvarianceTest, SeededStreamsAreBitIdentical) { CheckInvariance(model(), true); }
+TEST_P(EngineInvarianceTest, GreedyStreamsAreBitIdentical) {
+  CheckInvariance(model(), false, dtype());
+}
+TEST_P(EngineInvarianceTest, SeededStreamsAreBitIdentical) {
+  CheckInvariance(model(), true, dtype());
+}
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineInvarianceTest,
-                         ::testing::ValuesIn(engine::testing::TinyModelsOfEveryFamily()),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& ch : name) ch = ch == '-' ? '_' : ch;
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Models, EngineInvarianceTest,
+    ::testing::Combine(::testing::ValuesIn(engine::testing::TinyModelsOfEveryFamily()),
+                       ::testing::ValuesIn(kernels::kAllKvDtypes)),
+    [](const auto& info) {
+      std::string name = std::get<0>(info.param);
+      for (char& ch : name) ch = ch == '-' ? '_' : ch;
+      return name + engine::testing::KvDtypeSuffix(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace kvserve::scheduler

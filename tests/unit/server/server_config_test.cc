@@ -39,6 +39,28 @@ TEST(ServerConfig, BadValuesNameTheFlag) {
   EXPECT_NE(Error(c).find("--drain_timeout_s"), std::string::npos);
 }
 
+TEST(ServerConfig, KvCacheDtype) {
+  ServerConfig c;
+  for (const char* ok : {"auto", "bfloat16", "float16", "fp8_e4m3", "int8", "int4", "fp4_e2m1"}) {
+    c.kv_cache_dtype = ok;
+    EXPECT_EQ(Error(c), "") << ok;
+    c.backend = "cpu";
+    EXPECT_EQ(Error(c), "") << ok;
+    c.backend = "auto";
+  }
+  c.kv_cache_dtype = "fp8";
+  EXPECT_EQ(Error(c),
+            "--kv_cache_dtype: must be one of auto, bfloat16, float16, fp8_e4m3, int8, int4, "
+            "fp4_e2m1, got \"fp8\"");
+  c.kv_cache_dtype = "int8";
+  c.backend = "cuda";
+  EXPECT_NE(Error(c).find("--kv_cache_dtype: the cuda backend has only the auto KV cache"),
+            std::string::npos)
+      << Error(c);
+  c.kv_cache_dtype = "auto";
+  EXPECT_EQ(Error(c), "");
+}
+
 TEST(HealthMonitor, StallOnlyWhileBusy) {
   const TimePoint t0{std::chrono::seconds(1000)};
   const auto stall = std::chrono::seconds(5);

@@ -1,0 +1,114 @@
+// KV cache formats, CPU decode attention: batch 8 x 8,192-token contexts,
+// GQA 9 / 3 heads, head dim 64, block 16, one query per sequence. Per format:
+// time against the fp32 cache in the same run, and bytes of K/V read per
+// second (data and scales) against the copy bandwidth measured in the same
+// run (target >= 60%).
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "bench/roofline.h"
+#include "engine/kv_cache.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace kvserve::bench {
+namespace {
+
+constexpr int kSeqs = 8, kCtx = 8192, kHeads = 9, kKvHeads = 3, kDim = 64, kBlock = 16;
+
+struct Result {
+  double seconds;
+  double bytes;  // K and V read: data + scales
+};
+
+Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool) {
+  const int blocks_per_seq = kCtx / kBlock;
+  engine::KvCache cache({.num_layers = 1,
+                         .num_blocks = int64_t{kSeqs} * blocks_per_seq,
+                         .num_kv_heads = kKvHeads,
+                         .block_size = kBlock,
+                         .head_dim = kDim,
+                         .dtype = dtype});
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<int32_t> starts, ids, tok_seq, tok_pos;
+  std::vector<int64_t> slots;
+  for (int s = 0; s < kSeqs; ++s) {
+    starts.push_back(static_cast<int32_t>(ids.size()));
+    for (int b = 0; b < blocks_per_seq; ++b) ids.push_back(s * blocks_per_seq + b);
+    tok_seq.push_back(s);
+    tok_pos.push_back(kCtx - 1);
+  }
+  starts.push_back(static_cast<int32_t>(ids.size()));
+  // Write every slot through the kernel, 1024 tokens at a time.
+  const int64_t slots_total = int64_t{kSeqs} * kCtx;
+  std::vector<float> kv(1024 * kKvHeads * kDim);
+  for (int64_t first = 0; first < slots_total; first += 1024) {
+    for (float& f : kv) f = dist(rng);
+    slots.clear();
+    for (int64_t i = first; i < first + 1024; ++i) slots.push_back(i);
+    kernels::WriteKvCache({.k = kv.data(),
+                           .v = kv.data(),
+                           .src_stride = kKvHeads * kDim,
+                           .k_cache = cache.k(0),
+                           .v_cache = cache.v(0),
+                           .kv_dtype = dtype,
+                           .k_scales = cache.k_scales(0),
+                           .v_scales = cache.v_scales(0),
+                           .slot_mapping = slots.data(),
+                           .num_tokens = 1024,
+                           .num_kv_heads = kKvHeads,
+                           .head_dim = kDim,
+                           .block_size = kBlock});
+  }
+  std::vector<float> q(kSeqs * kHeads * kDim), out(q.size());
+  for (float& f : q) f = dist(rng);
+  const kernels::PagedAttentionParams p{.q = q.data(),
+                                        .q_stride = kHeads * kDim,
+                                        .out = out.data(),
+                                        .k_cache = cache.k(0),
+                                        .v_cache = cache.v(0),
+                                        .kv_dtype = dtype,
+                                        .k_scales = cache.k_scales(0),
+                                        .v_scales = cache.v_scales(0),
+                                        .num_tokens = kSeqs,
+                                        .num_heads = kHeads,
+                                        .num_kv_heads = kKvHeads,
+                                        .head_dim = kDim,
+                                        .block_size = kBlock,
+                                        .token_seq = tok_seq.data(),
+                                        .token_pos = tok_pos.data(),
+                                        .block_table_start = starts.data(),
+                                        .block_ids = ids.data(),
+                                        .scale = 0.125f};
+  const double t = BestTime(5, [&] { kernels::PagedAttention(p, pool); });
+  const double bytes = 2.0 * kSeqs * kCtx * kKvHeads * cache.shape().bytes_per_row();
+  return {t, bytes};
+}
+
+int Main() {
+  kernels::ThreadPool& pool = kernels::ThreadPool::Default();
+  const int threads = pool.num_threads();
+  const double copy = CopyBytesPerSecond(threads, size_t{512} << 20);
+  std::printf("kvserve kv cache bench: isa=%s, threads=%d, copy bandwidth %.2f GB/s\n",
+              kernels::IsaName(kernels::ActiveIsa()), threads, copy / 1e9);
+  std::printf("decode PagedAttention, %d seqs x %d tokens, %d / %d heads, d=%d, block %d\n", kSeqs,
+              kCtx, kHeads, kKvHeads, kDim, kBlock);
+  std::printf("%-10s %10s %10s %12s %10s\n", "format", "ms", "vs fp32", "GB/s read", "of copy");
+  double fp32_time = 0;
+  for (engine::KvCacheDtype d : kernels::kAllKvDtypes) {
+    const Result r = Run(d, &pool);
+    if (d == engine::KvCacheDtype::kFloat32) fp32_time = r.seconds;
+    std::printf("%-10s %10.3f %9.2fx %12.2f %9.1f%%\n", engine::KvCacheDtypeName(d).c_str(),
+                1e3 * r.seconds, fp32_time / r.seconds, r.bytes / r.seconds / 1e9,
+                100 * r.bytes / r.seconds / copy);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvserve::bench
+
+int main() { return kvserve::bench::Main(); }

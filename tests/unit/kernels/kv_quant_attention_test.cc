@@ -1,0 +1,315 @@
+// WriteKvCache + PagedAttention over every KV row format against a naive
+// fp64 reference that quantizes each row (QuantizeKvRow, checked on its own
+// in kv_quant_codec_test.cc), decodes it in fp64 with its own decoder and
+// attends. Random non-contiguous block tables; every row no token owns holds
+// an encoded NaN (data and scale), so a kernel reading one fails the test.
+// Contexts 1, 54, 97 and 4000; odd head dims; both ISA paths.
+//
+// Bound: the kernel and the reference see the same decoded K/V (up to the
+// fp32 rounding of code * scale, 2^-24 relative), so what is left is fp32
+// arithmetic: the scores' dot products (head_dim products, |q| <= 2.5 and
+// |k| <= 1, error < head_dim * 2^-24 * 2.5 ~ 1e-5 at dim 64 in the worst
+// case, far less on average), the exp, and the weighted sum of |v| <= 1
+// values with weights summing to 1. That is the fp32 cache's bound
+// (attention_test.cc), 2e-5, and it holds at 4000 keys too since the
+// weights stay normalised; a wrong decode of a single key moves outputs by
+// far more (a code step is >= 1/127 of the row's range).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kv_quant.h"
+
+namespace kvserve::kernels {
+namespace {
+
+// The test's own decoder, in fp64, from the format's definition.
+double DecodeRef(KvDtype dtype, const uint8_t* row, double scale, int d) {
+  auto nibble = [&] { return (row[d / 2] >> (4 * (d & 1))) & 15; };
+  uint16_t h = 0;
+  switch (dtype) {
+    case KvDtype::kFloat32: {
+      float f;
+      std::memcpy(&f, row + 4 * d, 4);
+      return f;
+    }
+    case KvDtype::kBfloat16:
+      std::memcpy(&h, row + 2 * d, 2);
+      return std::ldexp(1.0 + (h & 127) / 128.0, ((h >> 7) & 255) - 127) * ((h & 0x8000) ? -1 : 1) *
+             (((h >> 7) & 255) == 0 ? 0.0 : 1.0);  // the tests' values have no subnormals
+    case KvDtype::kFloat16: {
+      std::memcpy(&h, row + 2 * d, 2);
+      const int e = (h >> 10) & 31, m = h & 1023;
+      const double v = e == 0 ? std::ldexp(m, -24) : std::ldexp(1.0 + m / 1024.0, e - 15);
+      return (h & 0x8000) ? -v : v;
+    }
+    case KvDtype::kFp8E4m3: {
+      const int c = row[d], e = (c >> 3) & 15, m = c & 7;
+      const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+      return ((c & 0x80) ? -v : v) * scale;
+    }
+    case KvDtype::kInt8:
+      return static_cast<int8_t>(row[d]) * scale;
+    case KvDtype::kInt4: {
+      const int q = nibble();
+      return (q >= 8 ? q - 16 : q) * scale;
+    }
+    case KvDtype::kFp4E2m1: {
+      const int c = nibble(), e = (c >> 1) & 3, m = c & 1;
+      const double v = e == 0 ? 0.5 * m : std::ldexp(1.0 + m / 2.0, e - 1);
+      return ((c & 8) ? -v : v) * scale;
+    }
+  }
+  return 0.0;
+}
+
+struct Case {
+  int heads, kv_heads, dim, block_size;
+  std::vector<int> lens;
+};
+
+class Paged {
+ public:
+  Paged(KvDtype dtype, const Case& c, uint32_t seed) : dt_(dtype), c_(c), rng_(seed) {
+    int blocks = 0;
+    for (int len : c.lens) blocks += (len + c.block_size - 1) / c.block_size;
+    num_blocks_ = blocks + 5;
+    std::vector<int32_t> ids(num_blocks_);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng_);
+    start_ = {0};
+    for (int len : c.lens) {
+      for (int b = 0; b < (len + c.block_size - 1) / c.block_size; ++b) {
+        table_.push_back(ids[table_.size()]);
+      }
+      start_.push_back(static_cast<int32_t>(table_.size()));
+    }
+    std::uniform_real_distribution<float> kv(-1.0f, 1.0f), qd(-2.5f, 2.5f);
+    for (int len : c.lens) {
+      k_.emplace_back(static_cast<size_t>(len) * kv_row());
+      v_.emplace_back(static_cast<size_t>(len) * kv_row());
+      q_.emplace_back(static_cast<size_t>(len) * c.heads * c.dim);
+      for (float& f : k_.back()) f = kv(rng_);
+      for (float& f : v_.back()) f = kv(rng_);
+      for (float& f : q_.back()) f = qd(rng_);
+    }
+    // NaN poison, encoded: every row, data and scale.
+    const int64_t rows = int64_t{num_blocks_} * c.kv_heads * c.block_size;
+    const int64_t rb = KvRowBytes(dtype, c.dim);
+    kc_.assign((rows * rb + 3) / 4, 0.0f);
+    vc_.assign(kc_.size(), 0.0f);
+    std::vector<float> nan_row(c.dim, std::nanf(""));
+    std::vector<uint8_t> enc(rb);
+    const float nan_scale = QuantizeKvRow(dtype, nan_row.data(), c.dim, enc.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(reinterpret_cast<uint8_t*>(kc_.data()) + r * rb, enc.data(), rb);
+      std::memcpy(reinterpret_cast<uint8_t*>(vc_.data()) + r * rb, enc.data(), rb);
+    }
+    ks_.assign(rows, nan_scale);
+    vs_.assign(rows, nan_scale);
+  }
+
+  int64_t kv_row() const { return int64_t{c_.kv_heads} * c_.dim; }
+  int64_t row_index(int s, int p, int h) const {
+    const int32_t block = table_[start_[s] + p / c_.block_size];
+    return (int64_t{block} * c_.kv_heads + h) * c_.block_size + p % c_.block_size;
+  }
+
+  // Writes the K/V of every token in chunks of random sizes (sequences
+  // interleaved), then checks each row equals QuantizeKvRow of its source.
+  void WriteAll() {
+    std::vector<int> done(c_.lens.size(), 0);
+    std::uniform_int_distribution<int> chunk(1, 300);
+    for (bool more = true; more;) {
+      more = false;
+      std::vector<float> k, v;
+      std::vector<int64_t> slots;
+      for (size_t s = 0; s < c_.lens.size(); ++s) {
+        const int take = std::min(chunk(rng_), c_.lens[s] - done[s]);
+        for (int i = 0; i < take; ++i, ++done[s]) {
+          const int p = done[s];
+          k.insert(k.end(), &k_[s][p * kv_row()], &k_[s][(p + 1) * kv_row()]);
+          v.insert(v.end(), &v_[s][p * kv_row()], &v_[s][(p + 1) * kv_row()]);
+          const int32_t block = table_[start_[s] + p / c_.block_size];
+          slots.push_back(int64_t{block} * c_.block_size + p % c_.block_size);
+        }
+        more |= done[s] < c_.lens[s];
+      }
+      WriteKvCache({.k = k.data(),
+                    .v = v.data(),
+                    .src_stride = kv_row(),
+                    .k_cache = kc_.data(),
+                    .v_cache = vc_.data(),
+                    .kv_dtype = dt_,
+                    .k_scales = ks_.data(),
+                    .v_scales = vs_.data(),
+                    .slot_mapping = slots.data(),
+                    .num_tokens = static_cast<int>(slots.size()),
+                    .num_kv_heads = c_.kv_heads,
+                    .head_dim = c_.dim,
+                    .block_size = c_.block_size});
+    }
+    const int64_t rb = KvRowBytes(dt_, c_.dim);
+    std::vector<uint8_t> want(rb);
+    for (size_t s = 0; s < c_.lens.size(); ++s) {
+      for (int p = 0; p < c_.lens[s]; ++p) {
+        for (int h = 0; h < c_.kv_heads; ++h) {
+          const int64_t r = row_index(static_cast<int>(s), p, h);
+          const float scale =
+              QuantizeKvRow(dt_, &k_[s][p * kv_row() + h * c_.dim], c_.dim, want.data());
+          ASSERT_EQ(std::memcmp(reinterpret_cast<uint8_t*>(kc_.data()) + r * rb, want.data(), rb),
+                    0);
+          if (KvHasScale(dt_)) ASSERT_EQ(ks_[r], scale);
+        }
+      }
+    }
+  }
+
+  // Attention output [tokens][heads * dim] for (seq, pos) queries.
+  std::vector<float> Attend(const std::vector<std::pair<int, int>>& tokens, ThreadPool* pool) {
+    std::vector<float> q, out(tokens.size() * c_.heads * c_.dim, std::nanf(""));
+    std::vector<int32_t> seq, pos;
+    const int64_t qrow = int64_t{c_.heads} * c_.dim;
+    for (auto [s, p] : tokens) {
+      q.insert(q.end(), &q_[s][p * qrow], &q_[s][(p + 1) * qrow]);
+      seq.push_back(s);
+      pos.push_back(p);
+    }
+    PagedAttention({.q = q.data(),
+                    .q_stride = qrow,
+                    .out = out.data(),
+                    .k_cache = kc_.data(),
+                    .v_cache = vc_.data(),
+                    .kv_dtype = dt_,
+                    .k_scales = ks_.data(),
+                    .v_scales = vs_.data(),
+                    .num_tokens = static_cast<int>(tokens.size()),
+                    .num_heads = c_.heads,
+                    .num_kv_heads = c_.kv_heads,
+                    .head_dim = c_.dim,
+                    .block_size = c_.block_size,
+                    .token_seq = seq.data(),
+                    .token_pos = pos.data(),
+                    .block_table_start = start_.data(),
+                    .block_ids = table_.data(),
+                    .scale = 1.0f / std::sqrt(static_cast<float>(c_.dim))},
+                   pool);
+    return out;
+  }
+
+  // fp64 attention of (s, p, head) over the stored (encoded) rows.
+  std::vector<double> Reference(int s, int p, int head) const {
+    const int kvh = head / (c_.heads / c_.kv_heads);
+    const int64_t rb = KvRowBytes(dt_, c_.dim);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c_.dim));
+    const float* q = &q_[s][(int64_t{p} * c_.heads + head) * c_.dim];
+    std::vector<double> w(p + 1), out(c_.dim, 0.0);
+    double mx = -1e300, sum = 0;
+    for (int j = 0; j <= p; ++j) {
+      const int64_t r = row_index(s, j, kvh);
+      const auto* row = reinterpret_cast<const uint8_t*>(kc_.data()) + r * rb;
+      double dot = 0;
+      for (int d = 0; d < c_.dim; ++d) dot += q[d] * DecodeRef(dt_, row, ks_[r], d);
+      mx = std::max(mx, w[j] = dot * scale);
+    }
+    for (double& x : w) sum += (x = std::exp(x - mx));
+    for (int j = 0; j <= p; ++j) {
+      const int64_t r = row_index(s, j, kvh);
+      const auto* row = reinterpret_cast<const uint8_t*>(vc_.data()) + r * rb;
+      for (int d = 0; d < c_.dim; ++d) out[d] += w[j] / sum * DecodeRef(dt_, row, vs_[r], d);
+    }
+    return out;
+  }
+
+ private:
+  KvDtype dt_;
+  Case c_;
+  std::mt19937 rng_;
+  int num_blocks_ = 0;
+  std::vector<int32_t> table_, start_;
+  std::vector<std::vector<float>> k_, v_, q_;
+  std::vector<float> kc_, vc_, ks_, vs_;
+};
+
+std::vector<CpuIsa> Isas() {
+  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
+  if (DetectedIsa() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  return isas;
+}
+
+constexpr double kBound = 2e-5;  // see the top of the file
+
+class KvQuantAttentionTest : public ::testing::TestWithParam<KvDtype> {};
+
+// Contexts 1, 54, 97: every query against the reference; one query per
+// step (decode) is bit-identical to all at once (prefill).
+TEST_P(KvQuantAttentionTest, ShortContextsMatchReference) {
+  ThreadPool two(2);
+  for (const Case& c : {Case{6, 2, 37, 16, {1, 54, 97}}, Case{4, 1, 20, 8, {97, 1, 54}}}) {
+    for (CpuIsa isa : Isas()) {
+      SCOPED_TRACE(std::string(IsaName(isa)) + " dim " + std::to_string(c.dim));
+      ScopedIsaOverride force(isa);
+      Paged w(GetParam(), c, 21);
+      w.WriteAll();
+      std::vector<std::pair<int, int>> all;
+      for (int s = 0; s < static_cast<int>(c.lens.size()); ++s) {
+        for (int p = 0; p < c.lens[s]; ++p) all.emplace_back(s, p);
+      }
+      const std::vector<float> out = w.Attend(all, &two);
+      for (size_t i = 0; i < all.size(); ++i) {
+        auto [s, p] = all[i];
+        for (int h = 0; h < c.heads; ++h) {
+          const std::vector<double> ref = w.Reference(s, p, h);
+          for (int d = 0; d < c.dim; ++d) {
+            ASSERT_NEAR(out[(i * c.heads + h) * c.dim + d], ref[d], kBound)
+                << "seq " << s << " pos " << p << " head " << h << " d " << d;
+          }
+        }
+        const std::vector<float> alone = w.Attend({all[i]}, nullptr);
+        ASSERT_EQ(0, std::memcmp(alone.data(), &out[i * c.heads * c.dim],
+                                 sizeof(float) * c.heads * c.dim))
+            << "batch invariance, seq " << s << " pos " << p;
+      }
+    }
+  }
+}
+
+// Context 4000: the queries at a spread of positions (all tiles of the last
+// ones) against the reference.
+TEST_P(KvQuantAttentionTest, LongContextMatchesReference) {
+  const Case c{4, 2, 64, 16, {4000, 33}};
+  for (CpuIsa isa : Isas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsaOverride force(isa);
+    Paged w(GetParam(), c, 22);
+    w.WriteAll();
+    std::vector<std::pair<int, int>> queries = {{0, 0},    {0, 31},   {0, 32}, {0, 1000},
+                                                {0, 3999}, {0, 3998}, {1, 32}, {0, 2047}};
+    const std::vector<float> out = w.Attend(queries, nullptr);
+    for (size_t i = 0; i < queries.size(); ++i) {
+      auto [s, p] = queries[i];
+      for (int h = 0; h < c.heads; ++h) {
+        const std::vector<double> ref = w.Reference(s, p, h);
+        for (int d = 0; d < c.dim; ++d) {
+          ASSERT_NEAR(out[(i * c.heads + h) * c.dim + d], ref[d], kBound)
+              << "seq " << s << " pos " << p << " head " << h << " d " << d;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, KvQuantAttentionTest, ::testing::ValuesIn(kAllKvDtypes),
+                         [](const auto& info) { return std::string(KvDtypeName(info.param)); });
+
+}  // namespace
+}  // namespace kvserve::kernels
