@@ -18,8 +18,9 @@ bool BoolArg(const CallArgs& a, size_t i, const char* name, bool def) {
   return v != nullptr ? Truthy(*v) : def;
 }
 
-// "a.b.0": jinja's attribute getter (item lookup, integer parts index lists).
-Value GetPath(const Value& v, const std::string& path) {
+// "a.b.0": jinja's attribute getter (item lookup, integer parts index lists);
+// `def` replaces an undefined after each part, as map(default=...) does.
+Value GetPath(const Value& v, const std::string& path, const Value* def = nullptr) {
   Value cur = v;
   size_t start = 0;
   while (true) {
@@ -40,6 +41,7 @@ Value GetPath(const Value& v, const std::string& path) {
     } else {
       cur = Value::Undefined("'" + TypeName(cur) + " object' has no attribute '" + part + "'");
     }
+    if (def != nullptr && cur.is_undefined()) cur = *def;
     if (dot == std::string::npos) return cur;
     start = dot + 1;
   }
@@ -210,9 +212,7 @@ Value Map(const Value& v, const CallArgs& a) {
   if (const Value* attr = a.Keyword("attribute")) {
     const Value* def = a.Keyword("default");
     for (const Value& item : Iterate(v)) {
-      Value x = GetPath(item, ToStr(*attr));
-      if (x.is_undefined() && def != nullptr) x = *def;
-      out.push_back(ToJson(x));
+      out.push_back(ToJson(GetPath(item, ToStr(*attr), def)));
     }
     return Value(std::move(out));
   }

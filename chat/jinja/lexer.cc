@@ -21,7 +21,19 @@ class Lexer {
   explicit Lexer(std::string source) : src_(std::move(source)) {}
 
   std::vector<Token> Run() {
-    // jinja2 drops one trailing newline of the template (keep_trailing_newline=False).
+    // jinja2 first normalizes "\r\n" and "\r" to "\n", then drops one
+    // trailing newline of the template (keep_trailing_newline=False).
+    std::string norm;
+    norm.reserve(src_.size());
+    for (size_t i = 0; i < src_.size(); ++i) {
+      if (src_[i] == '\r') {
+        norm += '\n';
+        if (i + 1 < src_.size() && src_[i + 1] == '\n') ++i;
+      } else {
+        norm += src_[i];
+      }
+    }
+    src_ = std::move(norm);
     if (!src_.empty() && src_.back() == '\n') src_.pop_back();
     bool line_starting = true;  // the previous match ended a line (for lstrip_blocks)
     while (pos_ < src_.size()) {
@@ -74,20 +86,7 @@ class Lexer {
   }
 
   void Emit(Token::Kind kind, std::string text, int line) {
-    if (kind == Token::Kind::kData) {
-      if (text.empty()) return;
-      // Newlines in template data are normalized to "\n", as jinja2 does.
-      std::string norm;
-      for (size_t i = 0; i < text.size(); ++i) {
-        if (text[i] == '\r') {
-          norm += '\n';
-          if (i + 1 < text.size() && text[i + 1] == '\n') ++i;
-        } else {
-          norm += text[i];
-        }
-      }
-      text = std::move(norm);
-    }
+    if (kind == Token::Kind::kData && text.empty()) return;
     tokens_.push_back({kind, std::move(text), line});
   }
 
@@ -253,13 +252,7 @@ class Lexer {
           out += e;
       }
     }
-    // Newlines inside literals are normalized like template data.
-    std::string norm;
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (out[i] == '\r' && i + 1 < out.size() && out[i + 1] == '\n') continue;
-      norm += out[i];
-    }
-    Emit(Token::Kind::kString, std::move(norm), start_line);
+    Emit(Token::Kind::kString, std::move(out), start_line);
     Advance(p + 1);
   }
 
