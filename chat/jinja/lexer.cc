@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdint>
+#include <utility>
 
 #include "chat/jinja/value.h"
 
@@ -112,18 +113,26 @@ class Lexer {
     const size_t end = src_.find("#}", pos_);
     if (end == std::string::npos) throw Error("unterminated comment", start_line);
     const bool strip = end > pos_ && src_[end - 1] == '-';
+    const bool keep = end > pos_ && src_[end - 1] == '+';  // "+#}" disables trim_blocks
     Advance(end + 2);
-    return AfterTagEnd(strip, /*trim_newline=*/true);
+    return AfterTagEnd(strip, /*trim_newline=*/!keep);
   }
 
   // Tokens of one {{ ... }} or {% ... %}; returns line_starting for what follows.
   bool LexTag(bool block) {
     const int start_line = line_;
     Emit(block ? Token::Kind::kBlockBegin : Token::Kind::kVarBegin, "", line_);
-    int depth = 0;  // open brackets: "}}" inside a dict literal does not end the tag
+    // Open brackets and their lines: "}}" inside a dict literal does not end the tag.
+    std::vector<std::pair<char, int>> open;
     while (true) {
       while (pos_ < src_.size() && IsSpace(src_[pos_])) Advance(pos_ + 1);
-      if (pos_ >= src_.size()) throw Error(block ? "unterminated {% tag" : "unterminated {{ tag", start_line);
+      if (pos_ >= src_.size()) {
+        if (!open.empty()) {
+          throw Error(std::string("unclosed '") + open.back().first + "'", open.back().second);
+        }
+        throw Error(block ? "unterminated {% tag" : "unterminated {{ tag", start_line);
+      }
+      const size_t depth = open.size();
       const char* end = block ? "%}" : "}}";
       if (depth == 0) {
         if (src_.compare(pos_, 2, end) == 0 || src_.compare(pos_, 3, std::string("-") + end) == 0) {
@@ -157,8 +166,14 @@ class Lexer {
         for (const char* op : kOps) {
           const std::string s(op);
           if (src_.compare(pos_, s.size(), s) == 0) {
-            if (s == "(" || s == "[" || s == "{") ++depth;
-            if ((s == ")" || s == "]" || s == "}") && depth > 0) --depth;
+            if (s == "(" || s == "[" || s == "{") open.emplace_back(s[0], line_);
+            if ((s == ")" || s == "]" || s == "}") && !open.empty()) {
+              const char want = open.back().first == '(' ? ')' : open.back().first == '[' ? ']' : '}';
+              if (s[0] != want) {
+                throw Error("unexpected '" + s + "', expected '" + std::string(1, want) + "'", line_);
+              }
+              open.pop_back();
+            }
             Emit(Token::Kind::kOp, s, line_);
             Advance(pos_ + s.size());
             found = true;
