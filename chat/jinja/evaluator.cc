@@ -1,6 +1,7 @@
 // Tree-walking evaluator: Template::Render. Scoping follows jinja2: each for
 // iteration and each macro call has its own frame (so `set` inside a loop
 // does not leak out, which is why templates use namespace()); `if` does not.
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -194,6 +195,14 @@ class Evaluator {
         throw Error("macro '" + stmt->text + "' takes not more than " +
                     std::to_string(stmt->params.size()) + " argument(s)");
       }
+      for (const auto& [key, value] : args.keyword) {
+        const bool known = std::any_of(stmt->params.begin(), stmt->params.end(),
+                                       [&](const auto& p) { return p.first == key; });
+        if (!known) {
+          --call_depth_;
+          throw Error("macro '" + stmt->text + "' takes no keyword argument '" + key + "'");
+        }
+      }
       for (size_t i = 0; i < stmt->params.size(); ++i) {
         const auto& [name, def] = stmt->params[i];
         const Value* given = args.Get(i, name);
@@ -309,7 +318,13 @@ class Evaluator {
         }
         break;
     }
-    return Value::Undefined("'" + TypeName(obj) + " object' has no attribute '" + name + "'");
+    // Appended piecewise: GCC 12's -Wrestrict misfires on "'" + std::string.
+    std::string hint = "'";
+    hint += TypeName(obj);
+    hint += " object' has no attribute '";
+    hint += name;
+    hint += "'";
+    return Value::Undefined(std::move(hint));
   }
 
   static Value GetItem(const Value& obj, const Value& key) {
@@ -321,7 +336,10 @@ class Evaluator {
     if (obj.is_undefined()) {
       throw Error(obj.hint.empty() ? "undefined value is not subscriptable" : obj.hint);
     }
-    const std::string missing = "'" + TypeName(obj) + " object' has no element " + ToStr(key);
+    std::string missing = TypeName(obj);  // built piecewise (see GetAttr)
+    missing.insert(0, 1, '\'');
+    missing += " object' has no element ";
+    missing += ToStr(key);
     if (!key.is_data() || !(key.data.is_number_integer() || key.data.is_boolean())) {
       return Value::Undefined(missing);
     }

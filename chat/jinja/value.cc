@@ -40,13 +40,22 @@ bool Truthy(const Value& v) {
 
 namespace {
 
+// Client data may nest arbitrarily deep; recursion over it stops here rather
+// than overflowing the stack (Python's json and repr stop near 1000 too).
+constexpr int kMaxDepth = 512;
+
+void CheckDepth(int depth) {
+  if (depth > kMaxDepth) throw Error("data nested too deeply");
+}
+
 // Python treats bool as an int subclass.
 bool IsNumeric(const Json& j) { return j.is_number() || j.is_boolean(); }
 bool IsIntegral(const Json& j) { return j.is_number_integer() || j.is_boolean(); }
 int64_t AsInt(const Json& j) { return j.is_boolean() ? (j.get<bool>() ? 1 : 0) : j.get<int64_t>(); }
 double AsDouble(const Json& j) { return j.is_boolean() ? (j.get<bool>() ? 1.0 : 0.0) : j.get<double>(); }
 
-bool JsonEqual(const Json& a, const Json& b) {
+bool JsonEqual(const Json& a, const Json& b, int depth = 0) {
+  CheckDepth(depth);
   if (IsNumeric(a) && IsNumeric(b)) {
     if (IsIntegral(a) && IsIntegral(b)) return AsInt(a) == AsInt(b);
     return AsDouble(a) == AsDouble(b);
@@ -55,7 +64,7 @@ bool JsonEqual(const Json& a, const Json& b) {
   if (a.is_array()) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i) {
-      if (!JsonEqual(a[i], b[i])) return false;
+      if (!JsonEqual(a[i], b[i], depth + 1)) return false;
     }
     return true;
   }
@@ -63,7 +72,7 @@ bool JsonEqual(const Json& a, const Json& b) {
     if (a.size() != b.size()) return false;
     for (auto it = a.begin(); it != a.end(); ++it) {
       auto other = b.find(it.key());
-      if (other == b.end() || !JsonEqual(it.value(), *other)) return false;
+      if (other == b.end() || !JsonEqual(it.value(), *other, depth + 1)) return false;
     }
     return true;
   }
@@ -80,7 +89,8 @@ std::string JsonTypeName(const Json& j) {
   return "dict";
 }
 
-int JsonCompare(const Json& a, const Json& b) {
+int JsonCompare(const Json& a, const Json& b, int depth = 0) {
+  CheckDepth(depth);
   if (IsNumeric(a) && IsNumeric(b)) {
     if (IsIntegral(a) && IsIntegral(b)) {
       const int64_t x = AsInt(a), y = AsInt(b);
@@ -96,7 +106,7 @@ int JsonCompare(const Json& a, const Json& b) {
   }
   if (a.is_array() && b.is_array()) {
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      if (!JsonEqual(a[i], b[i])) return JsonCompare(a[i], b[i]);
+      if (!JsonEqual(a[i], b[i], depth + 1)) return JsonCompare(a[i], b[i], depth + 1);
     }
     return a.size() < b.size() ? -1 : (a.size() > b.size() ? 1 : 0);
   }
@@ -165,6 +175,7 @@ void JsonString(const std::string& s, std::string* out) {
 
 void Dumps(const Json& j, int indent, int depth, const std::string& item_sep,
            const std::string& key_sep, bool sort_keys, std::string* out) {
+  CheckDepth(depth);
   const auto newline = [&](int level) {
     if (indent < 0) return;
     *out += '\n';
@@ -238,7 +249,10 @@ int Compare(const Value& a, const Value& b) {
   return JsonCompare(a.data, b.data);
 }
 
-std::string Repr(const Json& j) {
+namespace {
+
+std::string ReprAt(const Json& j, int depth) {
+  CheckDepth(depth);
   if (j.is_null()) return "None";
   if (j.is_boolean()) return j.get<bool>() ? "True" : "False";
   if (j.is_number_float()) return FloatRepr(j.get<double>());
@@ -249,7 +263,7 @@ std::string Repr(const Json& j) {
     out = "[";
     for (size_t i = 0; i < j.size(); ++i) {
       if (i > 0) out += ", ";
-      out += Repr(j[i]);
+      out += ReprAt(j[i], depth + 1);
     }
     return out + "]";
   }
@@ -258,10 +272,14 @@ std::string Repr(const Json& j) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!first) out += ", ";
     first = false;
-    out += StrRepr(it.key()) + ": " + Repr(it.value());
+    out += StrRepr(it.key()) + ": " + ReprAt(it.value(), depth + 1);
   }
   return out + "}";
 }
+
+}  // namespace
+
+std::string Repr(const Json& j) { return ReprAt(j, 0); }
 
 std::string ToStr(const Value& v) {
   switch (v.kind) {

@@ -99,7 +99,15 @@ TOOLS = [
         "parameters": {"type": "object", "properties": {
             "a": {"type": "number"}, "b": {"type": "integer", "default": 1.5}},
             "required": ["a", "b"]},
-        "return": {"type": "number"}}},
+        "return": {"type": "number", "description": "The sum."}}},
+    {"type": "function", "function": {
+        "name": "search", "description": "  Search documents.  ",
+        "parameters": {"type": "object", "properties": {
+            "terms": {"type": "array", "items": {"type": "string"}, "description": "Words"},
+            "filters": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "mode": {"type": ["string", "integer"]},
+            "opts": {"type": "object"}, "any": {}},
+            "required": ["terms"]}}},
 ]
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}

@@ -1,6 +1,9 @@
 // The evaluator: statements, scoping, expressions, undefined, errors. The
 // expected texts are what jinja2 renders (tests/oracle/test_chat_template.py
 // checks the same constructs against jinja2 itself).
+#include <thread>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "tests/unit/chat/jinja_test_util.h"
 
@@ -67,6 +70,50 @@ TEST(JinjaEval, MacrosAndSetBlocks) {
   EXPECT_EQ(R("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").substr(0, 13), "ERROR line 1:");
   EXPECT_EQ(R("{% set b %}x{{ 1 + 1 }}{% endset %}[{{ b }}]"), "[x2]");
   EXPECT_EQ(R("{% set a, b = [1, 2] %}{{ b }}{{ a }}"), "21");
+  EXPECT_EQ(R("{% macro m(a) %}{% endmacro %}\n{{ m(1, b=2) }}"),
+            "ERROR line 2: macro 'm' takes no keyword argument 'b'");
+  EXPECT_EQ(R("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}"),
+            "ERROR line 1: macro 'm' takes not more than 1 argument(s)");
+}
+
+TEST(JinjaEval, DeeplyNestedDataIsAnErrorNotACrash) {
+  Json deep = 1;
+  for (int i = 0; i < 5000; ++i) deep = Json::array({std::move(deep)});
+  const Template t("{{ v }}|{{ v|tojson }}|{{ v == v }}");
+  for (const char* src : {"{{ v }}", "{{ v|tojson }}", "{{ v == v }}"}) {
+    try {
+      Template(src).Render(Json{{"v", deep}});
+      ADD_FAILURE() << src;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.message(), "data nested too deeply") << src;
+      EXPECT_EQ(e.line(), 1);
+    }
+  }
+}
+
+TEST(JinjaEval, RendersConcurrently) {
+  const Template t(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+      "{% macro tag(r) %}<{{ r }}>{% endmacro %}{{ tag(m.role) }}{{ m.content|trim }}{% endfor %}{{ ns.n }}");
+  const auto context = [](int i) {
+    Json messages = Json::array();
+    for (int k = 0; k <= i % 7; ++k) messages.push_back({{"role", "r" + std::to_string(k)}, {"content", " c "}});
+    return Json{{"messages", messages}};
+  };
+  std::vector<std::string> expected;
+  for (int i = 0; i < 7; ++i) expected.push_back(t.Render(context(i)));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int th = 0; th < 4; ++th) {
+    threads.emplace_back([&, th] {
+      for (int i = 0; i < 300; ++i) {
+        if (t.Render(context(i + th)) != expected[(i + th) % 7]) ++mismatches[th];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+  EXPECT_EQ(expected[1], "<r0>c<r1>c2");
 }
 
 TEST(JinjaEval, Operators) {
