@@ -102,10 +102,13 @@ absl::StatusOr<Json> PrepareMessages(const Json& messages) {
 
 }  // namespace
 
-ChatTemplate::ChatTemplate(std::shared_ptr<const Compiled> compiled) : compiled_(std::move(compiled)) {}
+ChatTemplate::ChatTemplate(std::shared_ptr<const Compiled> compiled)
+    : compiled_(std::move(compiled)) {}
 
 const std::string& ChatTemplate::source() const { return compiled_->source; }
-const nlohmann::ordered_json& ChatTemplate::special_tokens() const { return compiled_->special_tokens; }
+const nlohmann::ordered_json& ChatTemplate::special_tokens() const {
+  return compiled_->special_tokens;
+}
 
 absl::StatusOr<ChatTemplate> ChatTemplate::FromSource(const std::string& source,
                                                       nlohmann::json special_tokens) {
@@ -114,7 +117,8 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromSource(const std::string& source,
   }
   absl::StatusOr<jinja::Template> tmpl = Compile(source, "chat template");
   if (!tmpl.ok()) return tmpl.status();
-  auto compiled = std::make_shared<Compiled>(Compiled{source, std::move(*tmpl), std::nullopt, Json::object()});
+  auto compiled =
+      std::make_shared<Compiled>(Compiled{source, std::move(*tmpl), std::nullopt, Json::object()});
   if (special_tokens.is_object()) compiled->special_tokens = Json(special_tokens);
   return ChatTemplate(std::move(compiled));
 }
@@ -126,7 +130,8 @@ absl::StatusOr<std::optional<ChatTemplate>> ChatTemplate::FromCheckpoint(
   if (std::filesystem::exists(config_path)) {
     absl::StatusOr<Json> j = ReadJson(config_path);
     if (!j.ok()) return j.status();
-    if (!j->is_object()) return absl::InvalidArgumentError(config_path.string() + ": not a JSON object");
+    if (!j->is_object())
+      return absl::InvalidArgumentError(config_path.string() + ": not a JSON object");
     config = std::move(*j);
   }
 
@@ -143,7 +148,8 @@ absl::StatusOr<std::optional<ChatTemplate>> ChatTemplate::FromCheckpoint(
     absl::StatusOr<Json> j = ReadJson(json_path);
     if (!j.ok()) return j.status();
     if (!j->is_object() || !j->contains("chat_template") || !(*j)["chat_template"].is_string()) {
-      return absl::InvalidArgumentError(json_path.string() + ": expected {\"chat_template\": \"...\"}");
+      return absl::InvalidArgumentError(json_path.string() +
+                                        ": expected {\"chat_template\": \"...\"}");
     }
     source = (*j)["chat_template"].get<std::string>();
     where = json_path.string();
@@ -157,7 +163,8 @@ absl::StatusOr<std::optional<ChatTemplate>> ChatTemplate::FromCheckpoint(
       for (const Json& named : t) {
         if (!named.is_object() || !named.contains("name") || !named.contains("template") ||
             !named["name"].is_string() || !named["template"].is_string()) {
-          return absl::InvalidArgumentError(where + ": chat_template entries must be {\"name\", \"template\"}");
+          return absl::InvalidArgumentError(
+              where + ": chat_template entries must be {\"name\", \"template\"}");
         }
         if (named["name"] == "default") def = named["template"].get<std::string>();
         if (named["name"] == "tool_use") tool_use_source = named["template"].get<std::string>();
@@ -189,7 +196,8 @@ absl::StatusOr<std::optional<ChatTemplate>> ChatTemplate::FromCheckpoint(
 
   absl::StatusOr<jinja::Template> tmpl = Compile(source, where);
   if (!tmpl.ok()) return tmpl.status();
-  auto compiled = std::make_shared<Compiled>(Compiled{source, std::move(*tmpl), std::nullopt, special});
+  auto compiled =
+      std::make_shared<Compiled>(Compiled{source, std::move(*tmpl), std::nullopt, special});
   if (tool_use_source) {
     absl::StatusOr<jinja::Template> tool = Compile(*tool_use_source, where + " (tool_use)");
     if (!tool.ok()) return tool.status();
@@ -220,7 +228,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(const OrderedChatTemplateInputs
   if (inputs.extra_context.is_object()) {
     for (auto it = inputs.extra_context.begin(); it != inputs.extra_context.end(); ++it) {
       const std::string& key = it.key();
-      if (key == "messages" || key == "tools" || key == "documents" || key == "add_generation_prompt") {
+      if (key == "messages" || key == "tools" || key == "documents" ||
+          key == "add_generation_prompt") {
         return absl::InvalidArgumentError("chat template kwargs cannot set '" + key + "'");
       }
       context[key] = it.value();

@@ -16,32 +16,32 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class Kind {
-    kLiteral,   // literal
-    kName,      // name
-    kGetAttr,   // args[0].name
-    kGetItem,   // args[0][args[1]]
-    kSlice,     // args[0][args[1]:args[2]:args[3]] (null entries: omitted)
-    kCall,      // args[0](args[1..], kwargs)
-    kFilter,    // args[0] | name(args[1..], kwargs)
-    kTest,      // args[0] is [not] name(args[1..])
-    kUnary,     // name in {"-", "+", "not"} applied to args[0]
-    kBinary,    // args[0] name args[1]; name in {+ - * / // % ** ~}
-    kCompare,   // args[0] ops[0] args[1] ops[1] args[2] ... (chained)
-    kAnd,       // args[0] and args[1]
-    kOr,        // args[0] or args[1]
-    kCond,      // args[1] if args[0] else args[2] (args[2] null: undefined)
-    kList,      // [args...] (also tuples)
-    kDict,      // {kwargs as key expr pairs: keys[i]: args[i]}
+    kLiteral,  // literal
+    kName,     // name
+    kGetAttr,  // args[0].name
+    kGetItem,  // args[0][args[1]]
+    kSlice,    // args[0][args[1]:args[2]:args[3]] (null entries: omitted)
+    kCall,     // args[0](args[1..], kwargs)
+    kFilter,   // args[0] | name(args[1..], kwargs)
+    kTest,     // args[0] is [not] name(args[1..])
+    kUnary,    // name in {"-", "+", "not"} applied to args[0]
+    kBinary,   // args[0] name args[1]; name in {+ - * / // % ** ~}
+    kCompare,  // args[0] ops[0] args[1] ops[1] args[2] ... (chained)
+    kAnd,      // args[0] and args[1]
+    kOr,       // args[0] or args[1]
+    kCond,     // args[1] if args[0] else args[2] (args[2] null: undefined)
+    kList,     // [args...] (also tuples)
+    kDict,     // {kwargs as key expr pairs: keys[i]: args[i]}
   };
   Kind kind;
   int line = 0;
   Json literal;
   std::string name;
-  bool negated = false;                             // kTest: "is not"
+  bool negated = false;  // kTest: "is not"
   std::vector<ExprPtr> args;
-  std::vector<ExprPtr> keys;                        // kDict
+  std::vector<ExprPtr> keys;  // kDict
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
-  std::vector<std::string> ops;                     // kCompare
+  std::vector<std::string> ops;  // kCompare
 };
 
 struct Stmt;
@@ -59,7 +59,7 @@ struct Stmt {
     kMacro,     // name(params) body
     kBreak,
     kContinue,
-    kScope,     // body rendered as is ({% generation %})
+    kScope,  // body rendered as is ({% generation %})
   };
   Kind kind;
   int line = 0;

@@ -148,9 +148,10 @@ class Evaluator {
     for (int64_t i = 0; i < n; ++i) {
       auto f = std::make_shared<Frame>();
       f->parent = frame;
-      Json loop = {{"index", i + 1},        {"index0", i},      {"revindex", n - i},
-                   {"revindex0", n - i - 1}, {"first", i == 0}, {"last", i == n - 1},
-                   {"length", n},            {"depth", 1},      {"depth0", 0}};
+      Json loop = {
+          {"index", i + 1},  {"index0", i},        {"revindex", n - i}, {"revindex0", n - i - 1},
+          {"first", i == 0}, {"last", i == n - 1}, {"length", n},       {"depth", 1},
+          {"depth0", 0}};
       if (i > 0) loop["previtem"] = ToJson(items[i - 1]);
       if (i + 1 < n) loop["nextitem"] = ToJson(items[i + 1]);
       f->vars["loop"] = Value(std::move(loop));
@@ -275,7 +276,8 @@ class Evaluator {
       }
       case Expr::Kind::kCond:
         if (Truthy(Eval(*e.args[0], frame))) return Eval(*e.args[1], frame);
-        return e.args[2] ? Eval(*e.args[2], frame) : Value::Undefined("the if expression had no else");
+        return e.args[2] ? Eval(*e.args[2], frame)
+                         : Value::Undefined("the if expression had no else");
       case Expr::Kind::kList: {
         Json list = Json::array();
         for (const ExprPtr& a : e.args) list.push_back(ToJson(Eval(*a, frame)));
@@ -303,7 +305,8 @@ class Evaluator {
   static Value GetAttr(const Value& obj, const std::string& name) {
     switch (obj.kind) {
       case Value::Kind::kUndefined:
-        throw Error(obj.hint.empty() ? "undefined value has no attribute '" + name + "'" : obj.hint);
+        throw Error(obj.hint.empty() ? "undefined value has no attribute '" + name + "'"
+                                     : obj.hint);
       case Value::Kind::kNamespace: {
         auto it = obj.ns->find(name);
         if (it != obj.ns->end()) return Value(*it);
@@ -504,8 +507,10 @@ Value Arith(const std::string& op, const Value& a, const Value& b) {
     for (const Json& j : b.data) out.push_back(j);
     return Value(std::move(out));
   }
-  if (op == "*" && (a.is_string() || a.is_list()) && IsIntLike(b)) return Repeat(a, ToInt(b, "count"));
-  if (op == "*" && (b.is_string() || b.is_list()) && IsIntLike(a)) return Repeat(b, ToInt(a, "count"));
+  if (op == "*" && (a.is_string() || a.is_list()) && IsIntLike(b))
+    return Repeat(a, ToInt(b, "count"));
+  if (op == "*" && (b.is_string() || b.is_list()) && IsIntLike(a))
+    return Repeat(b, ToInt(a, "count"));
   if (!IsNum(a) || !IsNum(b)) {
     throw Error("unsupported operand type(s) for " + op + ": '" + TypeName(a) + "' and '" +
                 TypeName(b) + "'");
@@ -552,7 +557,8 @@ std::string Template::Render(const Json& context) const {
   auto root = std::make_shared<Frame>();
   root->parent = globals;
   if (context.is_object()) {
-    for (auto it = context.begin(); it != context.end(); ++it) root->vars[it.key()] = Value(it.value());
+    for (auto it = context.begin(); it != context.end(); ++it)
+      root->vars[it.key()] = Value(it.value());
   }
   Evaluator evaluator;
   std::string out;

@@ -25,7 +25,8 @@ Value GetPath(const Value& v, const std::string& path, const Value* def = nullpt
   size_t start = 0;
   while (true) {
     const size_t dot = path.find('.', start);
-    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (cur.is_dict()) {
       auto it = cur.data.find(part);
       cur = it != cur.data.end() ? Value(*it) : Value::Undefined("no attribute '" + part + "'");
@@ -101,7 +102,8 @@ Value ToJsonFilter(const Value& v, const CallArgs& a) {
   }
   std::string item_sep = indent >= 0 ? "," : ", ", key_sep = ": ";
   if (const Value* sep = a.Get(2, "separators"); sep != nullptr && !sep->is_none()) {
-    if (!sep->is_list() || sep->data.size() != 2) throw Error("separators must be a pair of strings");
+    if (!sep->is_list() || sep->data.size() != 2)
+      throw Error("separators must be a pair of strings");
     item_sep = sep->data[0].get<std::string>();
     key_sep = sep->data[1].get<std::string>();
   }
@@ -127,7 +129,8 @@ std::optional<double> ParseFloat(const std::string& raw) {
 Value Int(const Value& v, const CallArgs& a) {
   const Value* def = a.Get(0, "default");
   const Value fallback = def != nullptr ? *def : Value(Json(0));
-  if (v.is_data() && (v.data.is_number_integer() || v.data.is_boolean())) return Value(Json(ToInt(v, "")));
+  if (v.is_data() && (v.data.is_number_integer() || v.data.is_boolean()))
+    return Value(Json(ToInt(v, "")));
   if (v.is_data() && v.data.is_number_float()) {
     const double d = v.data.get<double>();
     return std::isfinite(d) ? Value(Json(static_cast<int64_t>(std::trunc(d)))) : fallback;
@@ -140,7 +143,8 @@ Value Int(const Value& v, const CallArgs& a) {
       if (used == s.size() && !s.empty()) return Value(Json(i));
     } catch (const std::exception&) {
     }
-    if (auto d = ParseFloat(s); d && std::isfinite(*d)) return Value(Json(static_cast<int64_t>(std::trunc(*d))));
+    if (auto d = ParseFloat(s); d && std::isfinite(*d))
+      return Value(Json(static_cast<int64_t>(std::trunc(*d))));
   }
   return fallback;
 }
@@ -149,7 +153,8 @@ Value Float(const Value& v, const CallArgs& a) {
   const Value* def = a.Get(0, "default");
   const Value fallback = def != nullptr ? *def : Value(Json(0.0));
   if (v.is_data() && (v.data.is_number() || v.data.is_boolean())) {
-    return Value(Json(v.data.is_boolean() ? (v.data.get<bool>() ? 1.0 : 0.0) : v.data.get<double>()));
+    return Value(
+        Json(v.data.is_boolean() ? (v.data.get<bool>() ? 1.0 : 0.0) : v.data.get<double>()));
   }
   if (v.is_string()) {
     if (auto d = ParseFloat(v.str())) return Value(Json(*d));
@@ -216,7 +221,8 @@ Value Map(const Value& v, const CallArgs& a) {
     }
     return Value(std::move(out));
   }
-  if (a.positional.empty() || !a.positional[0].is_string()) throw Error("map() needs a filter name or attribute=");
+  if (a.positional.empty() || !a.positional[0].is_string())
+    throw Error("map() needs a filter name or attribute=");
   const std::string name = a.positional[0].str();
   if (!IsFilter(name)) throw Error("no filter named '" + name + "'");
   CallArgs rest;
@@ -285,7 +291,8 @@ Value Round(const Value& v, const CallArgs& a) {
 }
 
 Value Abs(const Value& v, const CallArgs&) {
-  if (v.is_data() && v.data.is_number_integer()) return Value(Json(std::llabs(v.data.get<int64_t>())));
+  if (v.is_data() && v.data.is_number_integer())
+    return Value(Json(std::llabs(v.data.get<int64_t>())));
   if (v.is_data() && v.data.is_boolean()) return Value(Json(v.data.get<bool>() ? 1 : 0));
   if (v.is_data() && v.data.is_number()) return Value(Json(std::fabs(v.data.get<double>())));
   throw Error("bad operand type for abs(): '" + TypeName(v) + "'");
@@ -388,7 +395,8 @@ Value Reverse(const Value& v, const CallArgs&) {
 
 const std::unordered_map<std::string, FilterFn>& Filters() {
   static const auto* filters = new std::unordered_map<std::string, FilterFn>{
-      {"trim", [](const Value& v, const CallArgs& a) {
+      {"trim",
+       [](const Value& v, const CallArgs& a) {
          const Value* chars = a.Get(0, "chars");
          std::optional<std::string> set;
          if (chars != nullptr && !chars->is_none()) set = ToStr(*chars);
@@ -414,8 +422,10 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
       {"keys", [](const Value& v, const CallArgs&) { return DictView(v, 1); }},
       {"values", [](const Value& v, const CallArgs&) { return DictView(v, 2); }},
       {"replace", Replace},
-      {"selectattr", [](const Value& v, const CallArgs& a) { return SelectImpl(v, a, true, true); }},
-      {"rejectattr", [](const Value& v, const CallArgs& a) { return SelectImpl(v, a, true, false); }},
+      {"selectattr",
+       [](const Value& v, const CallArgs& a) { return SelectImpl(v, a, true, true); }},
+      {"rejectattr",
+       [](const Value& v, const CallArgs& a) { return SelectImpl(v, a, true, false); }},
       {"select", [](const Value& v, const CallArgs& a) { return SelectImpl(v, a, false, true); }},
       {"reject", [](const Value& v, const CallArgs& a) { return SelectImpl(v, a, false, false); }},
       {"map", Map},
@@ -448,22 +458,35 @@ const std::unordered_map<std::string, TestFn>& Tests() {
       {"string", [](const Value& v, const CallArgs&) { return v.is_string(); }},
       {"mapping", [](const Value& v, const CallArgs&) { return v.is_dict(); }},
       // Undefined is iterable (and a sequence) in jinja2: it has __iter__ and __len__.
-      {"iterable", [](const Value& v, const CallArgs&) {
+      {"iterable",
+       [](const Value& v, const CallArgs&) {
          return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
        }},
-      {"sequence", [](const Value& v, const CallArgs&) {
+      {"sequence",
+       [](const Value& v, const CallArgs&) {
          return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
        }},
       {"number", [](const Value& v, const CallArgs&) { return IsNumber(v); }},
-      {"integer", [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_number_integer(); }},
-      {"float", [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_number_float(); }},
-      {"boolean", [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_boolean(); }},
-      {"true", [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_boolean() && v.data.get<bool>(); }},
-      {"false", [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_boolean() && !v.data.get<bool>(); }},
-      {"callable", [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::kCallable; }},
+      {"integer",
+       [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_number_integer(); }},
+      {"float",
+       [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_number_float(); }},
+      {"boolean",
+       [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_boolean(); }},
+      {"true",
+       [](const Value& v, const CallArgs&) {
+         return v.is_data() && v.data.is_boolean() && v.data.get<bool>();
+       }},
+      {"false",
+       [](const Value& v, const CallArgs&) {
+         return v.is_data() && v.data.is_boolean() && !v.data.get<bool>();
+       }},
+      {"callable",
+       [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::kCallable; }},
       {"odd", [](const Value& v, const CallArgs&) { return ToInt(v, "odd") % 2 != 0; }},
       {"even", [](const Value& v, const CallArgs&) { return ToInt(v, "even") % 2 == 0; }},
-      {"divisibleby", [](const Value& v, const CallArgs& a) {
+      {"divisibleby",
+       [](const Value& v, const CallArgs& a) {
          const int64_t d = ToInt(Arg0(a, "divisibleby"), "divisibleby");
          if (d == 0) throw Error("integer division or modulo by zero");
          return ToInt(v, "divisibleby") % d == 0;
@@ -476,7 +499,8 @@ const std::unordered_map<std::string, TestFn>& Tests() {
       {"le", [](const Value& v, const CallArgs& a) { return Compare(v, Arg0(a, "le")) <= 0; }},
       {"gt", [](const Value& v, const CallArgs& a) { return Compare(v, Arg0(a, "gt")) > 0; }},
       {"ge", [](const Value& v, const CallArgs& a) { return Compare(v, Arg0(a, "ge")) >= 0; }},
-      {"in", [](const Value& v, const CallArgs& a) {
+      {"in",
+       [](const Value& v, const CallArgs& a) {
          for (const Value& x : Iterate(Arg0(a, "in"))) {
            if (Equal(x, v)) return true;
          }
@@ -485,8 +509,10 @@ const std::unordered_map<std::string, TestFn>& Tests() {
          }
          return false;
        }},
-      {"lower", [](const Value& v, const CallArgs&) { return v.is_string() && ToLower(v.str()) == v.str(); }},
-      {"upper", [](const Value& v, const CallArgs&) { return v.is_string() && ToUpper(v.str()) == v.str(); }},
+      {"lower", [](const Value& v,
+                   const CallArgs&) { return v.is_string() && ToLower(v.str()) == v.str(); }},
+      {"upper", [](const Value& v,
+                   const CallArgs&) { return v.is_string() && ToUpper(v.str()) == v.str(); }},
   };
   return *tests;
 }
@@ -494,9 +520,7 @@ const std::unordered_map<std::string, TestFn>& Tests() {
 }  // namespace
 
 bool IsFilter(const std::string& name) { return Filters().count(name) > 0; }
-bool IsTest(const std::string& name) {
-  return Tests().count(name) > 0;
-}
+bool IsTest(const std::string& name) { return Tests().count(name) > 0; }
 
 Value ApplyFilter(const std::string& name, const Value& input, const CallArgs& args) {
   auto it = Filters().find(name);

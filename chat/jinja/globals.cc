@@ -62,8 +62,9 @@ Value StrftimeNow(const CallArgs& args) {
 const std::vector<std::pair<std::string, Value>>& Globals() {
   static const auto* globals = new std::vector<std::pair<std::string, Value>>{
       {"range", Value::Callable(Range)},
-      {"namespace",
-       Value::Callable([](const CallArgs& a) { return Value::Namespace(KeywordObject(a, "namespace")); })},
+      {"namespace", Value::Callable([](const CallArgs& a) {
+         return Value::Namespace(KeywordObject(a, "namespace"));
+       })},
       {"dict", Value::Callable([](const CallArgs& a) { return Value(KeywordObject(a, "dict")); })},
       {"raise_exception", Value::Callable(RaiseException)},
       {"strftime_now", Value::Callable(StrftimeNow)},

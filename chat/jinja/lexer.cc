@@ -9,7 +9,9 @@
 namespace kvserve::chat::jinja {
 namespace {
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 std::string RStrip(const std::string& s) {
   size_t end = s.size();
@@ -151,7 +153,9 @@ class Lexer {
       const char c = src_[pos_];
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t p = pos_;
-        while (p < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[p])) || src_[p] == '_')) ++p;
+        while (p < src_.size() &&
+               (std::isalnum(static_cast<unsigned char>(src_[p])) || src_[p] == '_'))
+          ++p;
         Emit(Token::Kind::kName, src_.substr(pos_, p - pos_), line_);
         Advance(p);
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
@@ -159,18 +163,21 @@ class Lexer {
       } else if (c == '\'' || c == '"') {
         LexString(c);
       } else {
-        static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "<", ">", "+", "-",
-                                     "*",  "/",  "%",  "~",  "|",  ".",  ",", ":", "(", ")",
-                                     "[",  "]",  "{",  "}",  "="};
+        static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "<", ">", "+",
+                                     "-",  "*",  "/",  "%",  "~",  "|",  ".", ",", ":",
+                                     "(",  ")",  "[",  "]",  "{",  "}",  "="};
         bool found = false;
         for (const char* op : kOps) {
           const std::string s(op);
           if (src_.compare(pos_, s.size(), s) == 0) {
             if (s == "(" || s == "[" || s == "{") open.emplace_back(s[0], line_);
             if ((s == ")" || s == "]" || s == "}") && !open.empty()) {
-              const char want = open.back().first == '(' ? ')' : open.back().first == '[' ? ']' : '}';
+              const char want = open.back().first == '('   ? ')'
+                                : open.back().first == '[' ? ']'
+                                                           : '}';
               if (s[0] != want) {
-                throw Error("unexpected '" + s + "', expected '" + std::string(1, want) + "'", line_);
+                throw Error("unexpected '" + s + "', expected '" + std::string(1, want) + "'",
+                            line_);
               }
               open.pop_back();
             }
@@ -189,14 +196,16 @@ class Lexer {
     size_t p = pos_;
     std::string digits;
     const auto take_digits = [&] {
-      while (p < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[p])) || src_[p] == '_')) {
+      while (p < src_.size() &&
+             (std::isdigit(static_cast<unsigned char>(src_[p])) || src_[p] == '_')) {
         if (src_[p] != '_') digits += src_[p];
         ++p;
       }
     };
     take_digits();
     bool is_float = false;
-    if (p + 1 < src_.size() && src_[p] == '.' && std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
+    if (p + 1 < src_.size() && src_[p] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
       is_float = true;
       digits += src_[p++];
       take_digits();
@@ -233,30 +242,56 @@ class Lexer {
       const char e = src_[p + 1];
       p += 2;
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'v': out += '\v'; break;
-        case 'a': out += '\a'; break;
-        case '0': out += '\0'; break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case '\n': break;  // line continuation
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case '0':
+          out += '\0';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case '\n':
+          break;  // line continuation
         case 'x':
         case 'u':
         case 'U': {
           const size_t n = e == 'x' ? 2 : (e == 'u' ? 4 : 8);
-          if (p + n > src_.size()) throw Error("truncated \\" + std::string(1, e) + " escape", line_);
+          if (p + n > src_.size())
+            throw Error("truncated \\" + std::string(1, e) + " escape", line_);
           uint32_t cp = 0;
           for (size_t k = 0; k < n; ++k) {
             const char h = src_[p + k];
             if (!std::isxdigit(static_cast<unsigned char>(h))) {
               throw Error("truncated \\" + std::string(1, e) + " escape", line_);
             }
-            cp = cp * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
+            cp = cp * 16 + (std::isdigit(static_cast<unsigned char>(h))
+                                ? h - '0'
+                                : (std::tolower(h) - 'a' + 10));
           }
           p += n;
           out += EncodeUtf8(static_cast<char32_t>(cp));

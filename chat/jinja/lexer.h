@@ -17,10 +17,10 @@ struct Token {
     kBlockBegin,  // {%
     kBlockEnd,    // %}
     kName,
-    kString,      // text: the decoded literal
+    kString,  // text: the decoded literal
     kInt,
     kFloat,
-    kOp,          // text: the operator, e.g. "==", "(", "|"
+    kOp,  // text: the operator, e.g. "==", "(", "|"
     kEof,
   };
   Kind kind;

@@ -20,9 +20,15 @@ bool IsCased(char32_t c) {
   return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
 }
 
-char32_t Lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
-char32_t Upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
-char32_t Title(char32_t c) { return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c))); }
+char32_t Lower(char32_t c) {
+  return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
+}
+char32_t Upper(char32_t c) {
+  return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c)));
+}
+char32_t Title(char32_t c) {
+  return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c)));
+}
 
 const std::string& StrArg(const CallArgs& args, size_t i, const char* name, const char* method) {
   const Value* v = args.Get(i, name);
@@ -102,7 +108,8 @@ bool AffixMatch(const Value& affix, const std::string& s, bool prefix, const cha
     if (!a.is_string()) throw Error(std::string(method) + " arg must be str or a tuple of str");
     const std::string& x = a.get_ref<const std::string&>();
     if (x.size() > s.size()) return false;
-    return prefix ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0;
+    return prefix ? s.compare(0, x.size(), x) == 0
+                  : s.compare(s.size() - x.size(), x.size(), x) == 0;
   };
   if (affix.is_list()) {
     for (const Json& a : affix.data) {
@@ -166,7 +173,8 @@ std::string PyTitle(const std::string& s) {
   return EncodeUtf8(u);
 }
 
-std::optional<Value> StrMethod(const std::string& s, const std::string& name, const CallArgs& args) {
+std::optional<Value> StrMethod(const std::string& s, const std::string& name,
+                               const CallArgs& args) {
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     return Value(Json(Strip(s, OptStrArg(args, 0, "chars"), name != "rstrip", name != "lstrip")));
   }
@@ -189,8 +197,9 @@ std::optional<Value> StrMethod(const std::string& s, const std::string& name, co
   }
   if (name == "replace") {
     const Value* count = args.Get(2, "count");
-    return Value(Json(Replace(s, StrArg(args, 0, "old", "replace"), StrArg(args, 1, "new", "replace"),
-                              count ? ToInt(*count, "count") : -1)));
+    return Value(
+        Json(Replace(s, StrArg(args, 0, "old", "replace"), StrArg(args, 1, "new", "replace"),
+                     count ? ToInt(*count, "count") : -1)));
   }
   if (name == "find") {
     const size_t at = s.find(StrArg(args, 0, "sub", "find"));
@@ -210,7 +219,8 @@ std::optional<Value> StrMethod(const std::string& s, const std::string& name, co
     std::string out;
     bool first = true;
     for (const Value& v : Iterate(*items)) {
-      if (!v.is_string()) throw Error("sequence item: expected str instance, " + TypeName(v) + " found");
+      if (!v.is_string())
+        throw Error("sequence item: expected str instance, " + TypeName(v) + " found");
       if (!first) out += s;
       first = false;
       out += v.str();
@@ -231,7 +241,8 @@ std::optional<Value> StrMethod(const std::string& s, const std::string& name, co
     if (start < s.size()) out.push_back(s.substr(start));
     return Value(std::move(out));
   }
-  if (name == "isdigit" || name == "isspace" || name == "isalpha" || name == "isupper" || name == "islower") {
+  if (name == "isdigit" || name == "isspace" || name == "isalpha" || name == "isupper" ||
+      name == "islower") {
     const std::u32string u = DecodeUtf8(s);
     if (u.empty()) return Value(Json(false));
     bool any_cased = false;

@@ -35,10 +35,17 @@ class Parser {
   [[noreturn]] void Fail(const std::string& what) const {
     std::string got;
     switch (Cur().kind) {
-      case K::kEof: got = "end of template"; break;
-      case K::kBlockEnd: got = "end of statement block"; break;
-      case K::kVarEnd: got = "end of print statement"; break;
-      default: got = "'" + Cur().text + "'";
+      case K::kEof:
+        got = "end of template";
+        break;
+      case K::kBlockEnd:
+        got = "end of statement block";
+        break;
+      case K::kVarEnd:
+        got = "end of print statement";
+        break;
+      default:
+        got = "'" + Cur().text + "'";
     }
     throw Error(what + ", got " + got, Cur().line);
   }

@@ -52,7 +52,9 @@ void CheckDepth(int depth) {
 bool IsNumeric(const Json& j) { return j.is_number() || j.is_boolean(); }
 bool IsIntegral(const Json& j) { return j.is_number_integer() || j.is_boolean(); }
 int64_t AsInt(const Json& j) { return j.is_boolean() ? (j.get<bool>() ? 1 : 0) : j.get<int64_t>(); }
-double AsDouble(const Json& j) { return j.is_boolean() ? (j.get<bool>() ? 1.0 : 0.0) : j.get<double>(); }
+double AsDouble(const Json& j) {
+  return j.is_boolean() ? (j.get<bool>() ? 1.0 : 0.0) : j.get<double>();
+}
 
 bool JsonEqual(const Json& a, const Json& b, int depth = 0) {
   CheckDepth(depth);
@@ -153,13 +155,27 @@ void JsonString(const std::string& s, std::string* out) {
   *out += '"';
   for (const unsigned char c : s) {
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -243,8 +259,8 @@ bool Equal(const Value& a, const Value& b) {
 
 int Compare(const Value& a, const Value& b) {
   if (!a.is_data() || !b.is_data()) {
-    throw Error("'<' not supported between instances of '" + TypeName(a) + "' and '" +
-                TypeName(b) + "'");
+    throw Error("'<' not supported between instances of '" + TypeName(a) + "' and '" + TypeName(b) +
+                "'");
   }
   return JsonCompare(a.data, b.data);
 }

@@ -52,10 +52,10 @@ using Function = std::function<Value(const CallArgs&)>;
 struct Value {
   enum class Kind { kUndefined, kData, kNamespace, kCallable };
   Kind kind = Kind::kUndefined;
-  Json data;                            // kData
-  std::shared_ptr<Json> ns;             // kNamespace: an object, shared by copies
-  std::shared_ptr<const Function> fn;   // kCallable
-  std::string hint;                     // kUndefined: what was missing, for errors
+  Json data;                           // kData
+  std::shared_ptr<Json> ns;            // kNamespace: an object, shared by copies
+  std::shared_ptr<const Function> fn;  // kCallable
+  std::string hint;                    // kUndefined: what was missing, for errors
 
   Value() = default;
   Value(Json j) : kind(Kind::kData), data(std::move(j)) {}  // NOLINT: implicit by design

@@ -41,8 +41,8 @@ int Run() {
       tmpl = std::move(**loaded);
     }
   } else {
-    const nlohmann::json special = nlohmann::json::parse(
-        request.value("special_tokens", ordered_json::object()).dump());
+    const nlohmann::json special =
+        nlohmann::json::parse(request.value("special_tokens", ordered_json::object()).dump());
     tmpl = ChatTemplate::FromSource(request.value("template", ""), special);
   }
   if (!tmpl.ok()) {

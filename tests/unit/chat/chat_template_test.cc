@@ -30,8 +30,9 @@ class TempDir {
   fs::path path_;
 };
 
-const char* kEcho = "{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}|{% endfor %}"
-                    "{% if add_generation_prompt %}A:{% endif %}{{ eos_token }}";
+const char* kEcho =
+    "{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}|{% endfor %}"
+    "{% if add_generation_prompt %}A:{% endif %}{{ eos_token }}";
 
 ChatTemplateInputs Conversation(bool add_generation_prompt) {
   ChatTemplateInputs in;
@@ -58,11 +59,12 @@ TEST(ChatTemplate, RenderPassesWhatTransformersPasses) {
   ASSERT_TRUE(t.ok()) << t.status();
   ChatTemplateInputs in;
   // Null values are dropped; reasoning is aliased to thinking and reasoning_content.
-  in.messages = json::array({{{"role", "assistant"}, {"content", "c"}, {"tool_calls", nullptr},
-                              {"reasoning", "r"}}});
+  in.messages = json::array(
+      {{{"role", "assistant"}, {"content", "c"}, {"tool_calls", nullptr}, {"reasoning", "r"}}});
   in.extra_context = {{"x", 5}, {"bos_token", "<override>"}};
   EXPECT_EQ(*t->Render(in),
-            "True True 5 <override> {'thinking': 'r', 'content': 'c', 'reasoning': 'r', 'role': 'assistant', "
+            "True True 5 <override> {'thinking': 'r', 'content': 'c', 'reasoning': 'r', 'role': "
+            "'assistant', "
             "'reasoning_content': 'r'}");
 }
 
@@ -76,9 +78,10 @@ TEST(ChatTemplate, OrderedInputsKeepKeyOrderForToJson) {
 }
 
 TEST(ChatTemplate, ErrorsAreInvalidArgument) {
-  auto t = ChatTemplate::FromSource("a\n{% if messages|length > 1 %}{{ raise_exception('Only one!') }}{% endif %}"
-                                    "\n{{ messages[0].content.x.y }}",
-                                    json::object());
+  auto t = ChatTemplate::FromSource(
+      "a\n{% if messages|length > 1 %}{{ raise_exception('Only one!') }}{% endif %}"
+      "\n{{ messages[0].content.x.y }}",
+      json::object());
   ASSERT_TRUE(t.ok());
   ChatTemplateInputs two = Conversation(false);
   two.messages.push_back({{"role", "user"}, {"content", "again"}});
@@ -87,7 +90,8 @@ TEST(ChatTemplate, ErrorsAreInvalidArgument) {
   EXPECT_EQ(raised.status().message(), "Only one!");
   auto undefined = t->Render(Conversation(false));
   EXPECT_EQ(undefined.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(undefined.status().message(), "chat template line 3: 'str object' has no attribute 'x'");
+  EXPECT_EQ(undefined.status().message(),
+            "chat template line 3: 'str object' has no attribute 'x'");
   ChatTemplateInputs empty;
   EXPECT_EQ(t->Render(empty).status().code(), absl::StatusCode::kInvalidArgument);
 

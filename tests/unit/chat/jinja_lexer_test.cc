@@ -18,8 +18,8 @@ TEST(JinjaLexer, TrimBlocksRemovesOneNewlineAfterABlockTag) {
 TEST(JinjaLexer, LstripBlocksRemovesIndentBeforeBlockTagsOnly) {
   EXPECT_EQ(R("  {% if true %}A{% endif %}"), "A");
   EXPECT_EQ(R("x\n    {% if true %}\n    A\n    {% endif %}\ny"), "x\n    A\ny");
-  EXPECT_EQ(R("x {% if true %}A{% endif %}"), "x A");   // text before the tag on its line
-  EXPECT_EQ(R("  {{ 'v' }}"), "  v");                    // never before {{
+  EXPECT_EQ(R("x {% if true %}A{% endif %}"), "x A");  // text before the tag on its line
+  EXPECT_EQ(R("  {{ 'v' }}"), "  v");                  // never before {{
   EXPECT_EQ(R("\t{# c #}A"), "A");
 }
 
@@ -28,11 +28,11 @@ TEST(JinjaLexer, ExplicitControls) {
   EXPECT_EQ(R("a\n\n{%- if true -%}\n\n b {%- endif %}"), "ab");
   EXPECT_EQ(R("a {#- c -#}  b"), "ab");
   EXPECT_EQ(R("  {%+ if true %}A{% endif %}"), "  A");  // + keeps the indent
-  EXPECT_EQ(R("{% if true +%}\nA{% endif %}"), "\nA");   // +%} keeps the newline
+  EXPECT_EQ(R("{% if true +%}\nA{% endif %}"), "\nA");  // +%} keeps the newline
 }
 
 TEST(JinjaLexer, NewlinesAndTrailingNewline) {
-  EXPECT_EQ(R("a\n"), "a");      // keep_trailing_newline=False drops one
+  EXPECT_EQ(R("a\n"), "a");  // keep_trailing_newline=False drops one
   EXPECT_EQ(R("a\n\n"), "a\n");
   EXPECT_EQ(R("a\r\nb\rc"), "a\nb\nc");
   EXPECT_EQ(R("{% if true %}\r\nA{% endif %}"), "A");
