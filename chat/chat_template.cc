@@ -242,7 +242,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(const OrderedChatTemplateInputs
   const bool use_tool_template = compiled_->tool_use.has_value() && !inputs.tools.is_null();
   const jinja::Template& tmpl = use_tool_template ? compiled_->tool_use->second : compiled_->tmpl;
   try {
-    return tmpl.Render(context);
+    return tmpl.Render(std::move(context));
   } catch (const jinja::Error& e) {
     return ToStatus(e, "chat template");
   }

@@ -42,6 +42,8 @@ Value Arith(const std::string& op, const Value& a, const Value& b);
 
 class Evaluator {
  public:
+  explicit Evaluator(bool loop_neighbors) : loop_neighbors_(loop_neighbors) {}
+
   Flow Exec(const Body& body, const FramePtr& frame, std::string* out) {
     for (const StmtPtr& s : body) {
       Flow flow;
@@ -152,8 +154,8 @@ class Evaluator {
           {"index", i + 1},  {"index0", i},        {"revindex", n - i}, {"revindex0", n - i - 1},
           {"first", i == 0}, {"last", i == n - 1}, {"length", n},       {"depth", 1},
           {"depth0", 0}};
-      if (i > 0) loop["previtem"] = ToJson(items[i - 1]);
-      if (i + 1 < n) loop["nextitem"] = ToJson(items[i + 1]);
+      if (loop_neighbors_ && i > 0) loop["previtem"] = ToJson(items[i - 1]);
+      if (loop_neighbors_ && i + 1 < n) loop["nextitem"] = ToJson(items[i + 1]);
       f->vars["loop"] = Value(std::move(loop));
       Bind(s.targets, items[i], f.get(), s.line);
       if (Exec(s.body, f, out) == Flow::kBreak) break;
@@ -252,7 +254,7 @@ class Evaluator {
       case Expr::Kind::kUnary: {
         const Value v = Eval(*e.args[0], frame);
         if (e.name == "not") return Value(Json(!Truthy(v)));
-        if (!v.is_data() || !(v.data.is_number() || v.data.is_boolean())) {
+        if (!v.is_data() || !(v.data().is_number() || v.data().is_boolean())) {
           throw Error("bad operand type for unary " + e.name + ": '" + TypeName(v) + "'");
         }
         if (e.name == "+") return v;
@@ -315,9 +317,9 @@ class Evaluator {
       case Value::Kind::kCallable:
         break;
       case Value::Kind::kData:
-        if (obj.data.is_object()) {
-          auto it = obj.data.find(name);
-          if (it != obj.data.end()) return Value(*it);
+        if (obj.data().is_object()) {
+          auto it = obj.data().find(name);
+          if (it != obj.data().end()) return Value::Element(obj, *it);
         }
         break;
     }
@@ -343,15 +345,15 @@ class Evaluator {
     missing.insert(0, 1, '\'');
     missing += " object' has no element ";
     missing += ToStr(key);
-    if (!key.is_data() || !(key.data.is_number_integer() || key.data.is_boolean())) {
+    if (!key.is_data() || !(key.data().is_number_integer() || key.data().is_boolean())) {
       return Value::Undefined(missing);
     }
     int64_t i = ToInt(key, "index");
     if (obj.is_list()) {
-      const int64_t n = static_cast<int64_t>(obj.data.size());
+      const int64_t n = static_cast<int64_t>(obj.data().size());
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value::Undefined(missing);
-      return Value(obj.data[static_cast<size_t>(i)]);
+      return Value::Element(obj, obj.data()[static_cast<size_t>(i)]);
     }
     if (obj.is_string()) {
       const std::u32string s = DecodeUtf8(obj.str());
@@ -377,7 +379,7 @@ class Evaluator {
     std::u32string chars;
     int64_t n;
     if (obj.is_list()) {
-      n = static_cast<int64_t>(obj.data.size());
+      n = static_cast<int64_t>(obj.data().size());
     } else if (obj.is_string()) {
       chars = DecodeUtf8(obj.str());
       n = static_cast<int64_t>(chars.size());
@@ -399,7 +401,7 @@ class Evaluator {
     std::u32string sub;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
       if (obj.is_list()) {
-        list.push_back(obj.data[static_cast<size_t>(i)]);
+        list.push_back(obj.data()[static_cast<size_t>(i)]);
       } else {
         sub += chars[static_cast<size_t>(i)];
       }
@@ -438,12 +440,12 @@ class Evaluator {
       }
       return container.str().find(item.str()) != std::string::npos;
     }
-    if (container.is_dict()) return item.is_string() && container.data.contains(item.str());
+    if (container.is_dict()) return item.is_string() && container.data().contains(item.str());
     if (container.kind == Value::Kind::kNamespace) {
       return item.is_string() && container.ns->contains(item.str());
     }
     if (container.is_list()) {
-      for (const Json& j : container.data) {
+      for (const Json& j : container.data()) {
         if (Equal(Value(j), item)) return true;
       }
       return false;
@@ -475,16 +477,19 @@ class Evaluator {
     return Value(Json(true));
   }
 
+  const bool loop_neighbors_;
   int loop_depth_ = 0;
   int call_depth_ = 0;
 };
 
-bool IsNum(const Value& v) { return v.is_data() && (v.data.is_number() || v.data.is_boolean()); }
+bool IsNum(const Value& v) {
+  return v.is_data() && (v.data().is_number() || v.data().is_boolean());
+}
 bool IsIntLike(const Value& v) {
-  return v.is_data() && (v.data.is_number_integer() || v.data.is_boolean());
+  return v.is_data() && (v.data().is_number_integer() || v.data().is_boolean());
 }
 double AsDouble(const Value& v) {
-  return v.data.is_boolean() ? (v.data.get<bool>() ? 1.0 : 0.0) : v.data.get<double>();
+  return v.data().is_boolean() ? (v.data().get<bool>() ? 1.0 : 0.0) : v.data().get<double>();
 }
 
 Value Repeat(const Value& seq, int64_t times) {
@@ -495,7 +500,7 @@ Value Repeat(const Value& seq, int64_t times) {
   }
   Json out = Json::array();
   for (int64_t i = 0; i < times; ++i) {
-    for (const Json& j : seq.data) out.push_back(j);
+    for (const Json& j : seq.data()) out.push_back(j);
   }
   return Value(std::move(out));
 }
@@ -503,8 +508,8 @@ Value Repeat(const Value& seq, int64_t times) {
 Value Arith(const std::string& op, const Value& a, const Value& b) {
   if (op == "+" && a.is_string() && b.is_string()) return Value(Json(a.str() + b.str()));
   if (op == "+" && a.is_list() && b.is_list()) {
-    Json out = a.data;
-    for (const Json& j : b.data) out.push_back(j);
+    Json out = a.data();
+    for (const Json& j : b.data()) out.push_back(j);
     return Value(std::move(out));
   }
   if (op == "*" && (a.is_string() || a.is_list()) && IsIntLike(b))
@@ -549,18 +554,23 @@ Value Arith(const std::string& op, const Value& a, const Value& b) {
 
 }  // namespace
 
-Template::Template(const std::string& source) : body_(Parse(Lex(source))) {}
+Template::Template(const std::string& source)
+    : body_(Parse(Lex(source))),
+      loop_neighbors_(source.find("previtem") != std::string::npos ||
+                      source.find("nextitem") != std::string::npos) {}
 
-std::string Template::Render(const Json& context) const {
+std::string Template::Render(Json context) const {
   auto globals = std::make_shared<Frame>();
   for (auto& [name, fn] : Globals()) globals->vars[name] = fn;
   auto root = std::make_shared<Frame>();
   root->parent = globals;
   if (context.is_object()) {
-    for (auto it = context.begin(); it != context.end(); ++it)
-      root->vars[it.key()] = Value(it.value());
+    const Value all(std::move(context));  // the variables are views into it
+    for (auto it = all.data().begin(); it != all.data().end(); ++it) {
+      root->vars[it.key()] = Value::Element(all, it.value());
+    }
   }
-  Evaluator evaluator;
+  Evaluator evaluator(loop_neighbors_);
   std::string out;
   evaluator.Exec(body_, root, &out);
   return out;

@@ -28,15 +28,17 @@ Value GetPath(const Value& v, const std::string& path, const Value* def = nullpt
     const std::string part =
         path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (cur.is_dict()) {
-      auto it = cur.data.find(part);
-      cur = it != cur.data.end() ? Value(*it) : Value::Undefined("no attribute '" + part + "'");
+      auto it = cur.data().find(part);
+      cur = it != cur.data().end() ? Value::Element(cur, *it)
+                                   : Value::Undefined("no attribute '" + part + "'");
     } else if (cur.kind == Value::Kind::kNamespace) {
       auto it = cur.ns->find(part);
       cur = it != cur.ns->end() ? Value(*it) : Value::Undefined("no attribute '" + part + "'");
     } else if (cur.is_list() && !part.empty() &&
                part.find_first_not_of("0123456789") == std::string::npos) {
       const size_t i = std::stoul(part);
-      cur = i < cur.data.size() ? Value(cur.data[i]) : Value::Undefined("no item " + part);
+      cur = i < cur.data().size() ? Value::Element(cur, cur.data()[i])
+                                  : Value::Undefined("no item " + part);
     } else if (cur.is_undefined()) {
       throw Error(cur.hint.empty() ? "undefined value has no attribute '" + part + "'" : cur.hint);
     } else {
@@ -56,8 +58,8 @@ std::string StrArgOr(const CallArgs& a, size_t i, const char* name, const std::s
 
 Value Length(const Value& v, const CallArgs&) {
   if (v.is_undefined()) return Value(Json(0));
-  if (v.is_string()) return Value(Json(static_cast<int64_t>(DecodeUtf8(v.str()).size())));
-  if (v.is_list() || v.is_dict()) return Value(Json(static_cast<int64_t>(v.data.size())));
+  if (v.is_string()) return Value(Json(static_cast<int64_t>(CountCodePoints(v.str()))));
+  if (v.is_list() || v.is_dict()) return Value(Json(static_cast<int64_t>(v.data().size())));
   if (v.kind == Value::Kind::kNamespace) return Value(Json(static_cast<int64_t>(v.ns->size())));
   throw Error("object of type '" + TypeName(v) + "' has no len()");
 }
@@ -102,10 +104,10 @@ Value ToJsonFilter(const Value& v, const CallArgs& a) {
   }
   std::string item_sep = indent >= 0 ? "," : ", ", key_sep = ": ";
   if (const Value* sep = a.Get(2, "separators"); sep != nullptr && !sep->is_none()) {
-    if (!sep->is_list() || sep->data.size() != 2)
+    if (!sep->is_list() || sep->data().size() != 2)
       throw Error("separators must be a pair of strings");
-    item_sep = sep->data[0].get<std::string>();
-    key_sep = sep->data[1].get<std::string>();
+    item_sep = sep->data()[0].get<std::string>();
+    key_sep = sep->data()[1].get<std::string>();
   }
   const bool sort_keys = BoolArg(a, 3, "sort_keys", false);
   if (const Value* ea = a.Get(0, "ensure_ascii"); ea != nullptr && Truthy(*ea)) {
@@ -129,10 +131,10 @@ std::optional<double> ParseFloat(const std::string& raw) {
 Value Int(const Value& v, const CallArgs& a) {
   const Value* def = a.Get(0, "default");
   const Value fallback = def != nullptr ? *def : Value(Json(0));
-  if (v.is_data() && (v.data.is_number_integer() || v.data.is_boolean()))
+  if (v.is_data() && (v.data().is_number_integer() || v.data().is_boolean()))
     return Value(Json(ToInt(v, "")));
-  if (v.is_data() && v.data.is_number_float()) {
-    const double d = v.data.get<double>();
+  if (v.is_data() && v.data().is_number_float()) {
+    const double d = v.data().get<double>();
     return std::isfinite(d) ? Value(Json(static_cast<int64_t>(std::trunc(d)))) : fallback;
   }
   if (v.is_string()) {
@@ -152,9 +154,9 @@ Value Int(const Value& v, const CallArgs& a) {
 Value Float(const Value& v, const CallArgs& a) {
   const Value* def = a.Get(0, "default");
   const Value fallback = def != nullptr ? *def : Value(Json(0.0));
-  if (v.is_data() && (v.data.is_number() || v.data.is_boolean())) {
+  if (v.is_data() && (v.data().is_number() || v.data().is_boolean())) {
     return Value(
-        Json(v.data.is_boolean() ? (v.data.get<bool>() ? 1.0 : 0.0) : v.data.get<double>()));
+        Json(v.data().is_boolean() ? (v.data().get<bool>() ? 1.0 : 0.0) : v.data().get<double>()));
   }
   if (v.is_string()) {
     if (auto d = ParseFloat(v.str())) return Value(Json(*d));
@@ -171,7 +173,9 @@ Value List(const Value& v, const CallArgs&) {
 Value DictView(const Value& v, int which) {  // 0 items, 1 keys, 2 values
   Json out = Json::array();
   if (v.is_undefined()) return Value(std::move(out));
-  const Json* d = v.is_dict() ? &v.data : v.kind == Value::Kind::kNamespace ? v.ns.get() : nullptr;
+  const Json* d = v.is_dict()                         ? &v.data()
+                  : v.kind == Value::Kind::kNamespace ? v.ns.get()
+                                                      : nullptr;
   if (d == nullptr) throw Error("can only get item pairs from a mapping, not " + TypeName(v));
   for (auto it = d->begin(); it != d->end(); ++it) {
     if (which == 0) out.push_back(Json::array({it.key(), it.value()}));
@@ -271,10 +275,10 @@ Value Sort(const Value& v, const CallArgs& a) {
 Value Round(const Value& v, const CallArgs& a) {
   const int64_t precision = a.Get(0, "precision") ? ToInt(*a.Get(0, "precision"), "precision") : 0;
   const std::string method = StrArgOr(a, 1, "method", "common");
-  if (!v.is_data() || !(v.data.is_number() || v.data.is_boolean())) {
+  if (!v.is_data() || !(v.data().is_number() || v.data().is_boolean())) {
     throw Error("round() needs a number, not " + TypeName(v));
   }
-  const double x = v.data.is_boolean() ? (v.data.get<bool>() ? 1 : 0) : v.data.get<double>();
+  const double x = v.data().is_boolean() ? (v.data().get<bool>() ? 1 : 0) : v.data().get<double>();
   const double scale = std::pow(10.0, static_cast<double>(precision));
   double r;
   if (method == "common") {
@@ -286,15 +290,15 @@ Value Round(const Value& v, const CallArgs& a) {
   } else {
     throw Error("method must be 'common', 'ceil' or 'floor'");
   }
-  if (method == "common" && v.data.is_number_integer()) return v;  // round(int, n) keeps the int
+  if (method == "common" && v.data().is_number_integer()) return v;  // round(int, n) keeps the int
   return Value(Json(r));
 }
 
 Value Abs(const Value& v, const CallArgs&) {
-  if (v.is_data() && v.data.is_number_integer())
-    return Value(Json(std::llabs(v.data.get<int64_t>())));
-  if (v.is_data() && v.data.is_boolean()) return Value(Json(v.data.get<bool>() ? 1 : 0));
-  if (v.is_data() && v.data.is_number()) return Value(Json(std::fabs(v.data.get<double>())));
+  if (v.is_data() && v.data().is_number_integer())
+    return Value(Json(std::llabs(v.data().get<int64_t>())));
+  if (v.is_data() && v.data().is_boolean()) return Value(Json(v.data().get<bool>() ? 1 : 0));
+  if (v.is_data() && v.data().is_number()) return Value(Json(std::fabs(v.data().get<double>())));
   throw Error("bad operand type for abs(): '" + TypeName(v) + "'");
 }
 
@@ -358,10 +362,10 @@ Value Sum(const Value& v, const CallArgs& a) {
   for (const Value& item : Iterate(v)) {
     const Value x = attr != nullptr ? GetPath(item, ToStr(*attr)) : item;
     if (!x.is_number() || !total.is_number()) throw Error("sum() of non-numbers");
-    if (x.data.is_number_integer() && total.data.is_number_integer()) {
-      total = Value(Json(total.data.get<int64_t>() + x.data.get<int64_t>()));
+    if (x.data().is_number_integer() && total.data().is_number_integer()) {
+      total = Value(Json(total.data().get<int64_t>() + x.data().get<int64_t>()));
     } else {
-      total = Value(Json(total.data.get<double>() + x.data.get<double>()));
+      total = Value(Json(total.data().get<double>() + x.data().get<double>()));
     }
   }
   return total;
@@ -443,7 +447,9 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
   return *filters;
 }
 
-bool IsNumber(const Value& v) { return v.is_data() && (v.data.is_number() || v.data.is_boolean()); }
+bool IsNumber(const Value& v) {
+  return v.is_data() && (v.data().is_number() || v.data().is_boolean());
+}
 
 const Value& Arg0(const CallArgs& a, const char* test) {
   if (a.positional.empty()) throw Error(std::string("test '") + test + "' needs an argument");
@@ -468,18 +474,18 @@ const std::unordered_map<std::string, TestFn>& Tests() {
        }},
       {"number", [](const Value& v, const CallArgs&) { return IsNumber(v); }},
       {"integer",
-       [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_number_integer(); }},
+       [](const Value& v, const CallArgs&) { return v.is_data() && v.data().is_number_integer(); }},
       {"float",
-       [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_number_float(); }},
+       [](const Value& v, const CallArgs&) { return v.is_data() && v.data().is_number_float(); }},
       {"boolean",
-       [](const Value& v, const CallArgs&) { return v.is_data() && v.data.is_boolean(); }},
+       [](const Value& v, const CallArgs&) { return v.is_data() && v.data().is_boolean(); }},
       {"true",
        [](const Value& v, const CallArgs&) {
-         return v.is_data() && v.data.is_boolean() && v.data.get<bool>();
+         return v.is_data() && v.data().is_boolean() && v.data().get<bool>();
        }},
       {"false",
        [](const Value& v, const CallArgs&) {
-         return v.is_data() && v.data.is_boolean() && !v.data.get<bool>();
+         return v.is_data() && v.data().is_boolean() && !v.data().get<bool>();
        }},
       {"callable",
        [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::kCallable; }},

@@ -34,7 +34,7 @@ Json KeywordObject(const CallArgs& args, const char* fn) {
   Json obj = Json::object();
   for (const Value& v : args.positional) {
     if (!v.is_dict()) throw Error(std::string(fn) + "() positional argument must be a dict");
-    for (auto it = v.data.begin(); it != v.data.end(); ++it) obj[it.key()] = it.value();
+    for (auto it = v.data().begin(); it != v.data().end(); ++it) obj[it.key()] = it.value();
   }
   for (const auto& [k, v] : args.keyword) obj[k] = ToJson(v);
   return obj;

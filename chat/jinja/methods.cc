@@ -112,13 +112,13 @@ bool AffixMatch(const Value& affix, const std::string& s, bool prefix, const cha
                   : s.compare(s.size() - x.size(), x.size(), x) == 0;
   };
   if (affix.is_list()) {
-    for (const Json& a : affix.data) {
+    for (const Json& a : affix.data()) {
       if (one(a)) return true;
     }
     return false;
   }
   if (!affix.is_data()) throw Error(std::string(method) + " arg must be str or a tuple of str");
-  return one(affix.data);
+  return one(affix.data());
 }
 
 // Python's str.format with {} / {0} / {name} fields (no format specs).
@@ -262,14 +262,15 @@ std::optional<Value> StrMethod(const std::string& s, const std::string& name,
   return std::nullopt;
 }
 
-std::optional<Value> DictMethod(const Json& d, const std::string& name, const CallArgs& args) {
+std::optional<Value> DictMethod(const Value& dict, const std::string& name, const CallArgs& args) {
+  const Json& d = dict.data();
   if (name == "get") {
     const Value* key = args.Get(0, "key");
     if (key == nullptr) throw Error("get expected at least 1 argument");
     const Value* def = args.Get(1, "default");
     if (key->is_string()) {
       auto it = d.find(key->str());
-      if (it != d.end()) return Value(*it);
+      if (it != d.end()) return Value::Element(dict, *it);
     }
     return def != nullptr ? *def : Value(Json(nullptr));
   }
@@ -311,30 +312,31 @@ std::string ToUpper(const std::string& s) {
 
 std::string Strip(const std::string& s, const std::optional<std::string>& chars, bool left,
                   bool right) {
-  const std::u32string u = DecodeUtf8(s);
+  // Walks code points in from each end; the middle is never decoded.
   const std::u32string set = chars ? DecodeUtf8(*chars) : std::u32string();
   const auto strip = [&](char32_t c) {
     return chars ? set.find(c) != std::u32string::npos : IsPySpace(c);
   };
-  size_t begin = 0, end = u.size();
-  if (left) {
-    while (begin < end && strip(u[begin])) ++begin;
+  size_t begin = 0, end = s.size(), len;
+  while (left && begin < end && strip(DecodeUtf8At(s, begin, &len))) begin += len;
+  while (right && end > begin) {
+    size_t k = end - 1;
+    while (k > begin && (static_cast<unsigned char>(s[k]) & 0xc0) == 0x80) --k;
+    if (!strip(DecodeUtf8At(s, k, &len)) || k + len != end) break;
+    end = k;
   }
-  if (right) {
-    while (end > begin && strip(u[end - 1])) --end;
-  }
-  return EncodeUtf8(u.substr(begin, end - begin));
+  return s.substr(begin, end - begin);
 }
 
 int64_t ToInt(const Value& v, const char* what) {
-  if (v.is_data() && v.data.is_boolean()) return v.data.get<bool>() ? 1 : 0;
-  if (v.is_data() && v.data.is_number_integer()) return v.data.get<int64_t>();
+  if (v.is_data() && v.data().is_boolean()) return v.data().get<bool>() ? 1 : 0;
+  if (v.is_data() && v.data().is_number_integer()) return v.data().get<int64_t>();
   throw Error(std::string(what) + " must be an integer, not " + TypeName(v));
 }
 
 std::optional<Value> CallMethod(const Value& obj, const std::string& name, const CallArgs& args) {
   if (obj.is_string()) return StrMethod(obj.str(), name, args);
-  if (obj.is_dict()) return DictMethod(obj.data, name, args);
+  if (obj.is_dict()) return DictMethod(obj, name, args);
   return std::nullopt;
 }
 

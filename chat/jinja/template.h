@@ -20,10 +20,13 @@ class Template {
   // over the globals range(), namespace(), dict(), raise_exception() and
   // strftime_now(). Throws jinja::Error (RaisedError for raise_exception)
   // with the template line.
-  std::string Render(const Json& context) const;
+  std::string Render(Json context) const;
 
  private:
   Body body_;
+  // Whether the source names loop.previtem / loop.nextitem: only then does
+  // each iteration's loop object carry copies of the neighbouring items.
+  bool loop_neighbors_ = false;
 };
 
 }  // namespace kvserve::chat::jinja

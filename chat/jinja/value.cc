@@ -28,7 +28,7 @@ bool Truthy(const Value& v) {
     case Value::Kind::kData:
       break;
   }
-  const Json& j = v.data;
+  const Json& j = v.data();
   if (j.is_null()) return false;
   if (j.is_boolean()) return j.get<bool>();
   if (j.is_number_integer()) return j.get<int64_t>() != 0;
@@ -254,7 +254,7 @@ bool Equal(const Value& a, const Value& b) {
   if (a.kind == Value::Kind::kCallable || b.kind == Value::Kind::kCallable) {
     return a.kind == b.kind && a.fn == b.fn;
   }
-  return JsonEqual(a.data, b.data);
+  return JsonEqual(a.data(), b.data());
 }
 
 int Compare(const Value& a, const Value& b) {
@@ -262,7 +262,7 @@ int Compare(const Value& a, const Value& b) {
     throw Error("'<' not supported between instances of '" + TypeName(a) + "' and '" + TypeName(b) +
                 "'");
   }
-  return JsonCompare(a.data, b.data);
+  return JsonCompare(a.data(), b.data());
 }
 
 namespace {
@@ -308,8 +308,8 @@ std::string ToStr(const Value& v) {
     case Value::Kind::kData:
       break;
   }
-  if (v.data.is_string()) return v.str();
-  return Repr(v.data);
+  if (v.data().is_string()) return v.str();
+  return Repr(v.data());
 }
 
 std::string TypeName(const Value& v) {
@@ -323,13 +323,13 @@ std::string TypeName(const Value& v) {
     case Value::Kind::kData:
       break;
   }
-  return JsonTypeName(v.data);
+  return JsonTypeName(v.data());
 }
 
 Json ToJson(const Value& v) {
   switch (v.kind) {
     case Value::Kind::kData:
-      return v.data;
+      return v.data();
     case Value::Kind::kNamespace:
       return *v.ns;
     case Value::Kind::kUndefined:
@@ -344,10 +344,10 @@ std::vector<Value> Iterate(const Value& v) {
   std::vector<Value> out;
   if (v.is_undefined()) return out;
   if (v.is_data()) {
-    const Json& j = v.data;
+    const Json& j = v.data();
     if (j.is_array()) {
       out.reserve(j.size());
-      for (const Json& e : j) out.emplace_back(e);
+      for (const Json& e : j) out.push_back(Value::Element(v, e));
       return out;
     }
     if (j.is_object()) {
@@ -369,63 +369,66 @@ std::string PyJsonDumps(const Json& j, int indent, const std::string& item_sep,
   return out;
 }
 
+char32_t DecodeUtf8At(const std::string& s, size_t i, size_t* len) {
+  const unsigned char c = s[i];
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  *len = 1;
+  if (n == 0 || i + n > s.size()) return U'\uFFFD';
+  char32_t cp = n == 1 ? c : (c & (0x7f >> n));
+  for (size_t k = 1; k < n; ++k) {
+    const unsigned char cc = s[i + k];
+    if ((cc >> 6) != 2) return U'\uFFFD';
+    cp = (cp << 6) | (cc & 0x3f);
+  }
+  *len = n;
+  return cp;
+}
+
+size_t CountCodePoints(const std::string& s) {
+  size_t n = 0, len;
+  for (size_t i = 0; i < s.size(); i += len) {
+    DecodeUtf8At(s, i, &len);
+    ++n;
+  }
+  return n;
+}
+
 std::u32string DecodeUtf8(const std::string& s) {
   std::u32string out;
   out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) {
-      out += U'\uFFFD';
-      ++i;
-      continue;
-    }
-    char32_t cp = len == 1 ? c : (c & (0x7f >> len));
-    bool ok = true;
-    for (int k = 1; k < len; ++k) {
-      const unsigned char cc = s[i + k];
-      if ((cc >> 6) != 2) {
-        ok = false;
-        break;
-      }
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    if (!ok) {
-      out += U'\uFFFD';
-      ++i;
-      continue;
-    }
-    out += cp;
-    i += len;
-  }
+  size_t len;
+  for (size_t i = 0; i < s.size(); i += len) out += DecodeUtf8At(s, i, &len);
   return out;
+}
+
+void AppendUtf8(char32_t c, std::string* out) {
+  if (c < 0x80) {
+    *out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    *out += static_cast<char>(0xc0 | (c >> 6));
+    *out += static_cast<char>(0x80 | (c & 0x3f));
+  } else if (c < 0x10000) {
+    *out += static_cast<char>(0xe0 | (c >> 12));
+    *out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+    *out += static_cast<char>(0x80 | (c & 0x3f));
+  } else {
+    *out += static_cast<char>(0xf0 | (c >> 18));
+    *out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
+    *out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+    *out += static_cast<char>(0x80 | (c & 0x3f));
+  }
 }
 
 std::string EncodeUtf8(char32_t c) {
   std::string out;
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xc0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xe0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  }
+  AppendUtf8(c, &out);
   return out;
 }
 
 std::string EncodeUtf8(const std::u32string& s) {
   std::string out;
   out.reserve(s.size());
-  for (const char32_t c : s) out += EncodeUtf8(c);
+  for (const char32_t c : s) AppendUtf8(c, &out);
   return out;
 }
 

@@ -52,13 +52,28 @@ using Function = std::function<Value(const CallArgs&)>;
 struct Value {
   enum class Kind { kUndefined, kData, kNamespace, kCallable };
   Kind kind = Kind::kUndefined;
-  Json data;                           // kData
+  // kData: *ptr, kept alive by owner. Element access (a message of
+  // messages, a key of a dict) makes a view sharing the owner instead of a
+  // copy, so templates that index messages in loops stay linear. Data is
+  // never modified once in a Value.
+  std::shared_ptr<const Json> owner;
+  const Json* ptr = nullptr;
   std::shared_ptr<Json> ns;            // kNamespace: an object, shared by copies
   std::shared_ptr<const Function> fn;  // kCallable
   std::string hint;                    // kUndefined: what was missing, for errors
 
   Value() = default;
-  Value(Json j) : kind(Kind::kData), data(std::move(j)) {}  // NOLINT: implicit by design
+  Value(Json j)  // NOLINT: implicit by design
+      : kind(Kind::kData), owner(std::make_shared<const Json>(std::move(j))), ptr(owner.get()) {}
+  // `elem` lies inside `parent`'s data (or parent is not data: then a copy).
+  static Value Element(const Value& parent, const Json& elem) {
+    if (!parent.owner) return Value(elem);
+    Value v;
+    v.kind = Kind::kData;
+    v.owner = parent.owner;
+    v.ptr = &elem;
+    return v;
+  }
   static Value Undefined(std::string hint = "") {
     Value v;
     v.hint = std::move(hint);
@@ -77,14 +92,15 @@ struct Value {
     return v;
   }
 
+  const Json& data() const { return *ptr; }
   bool is_undefined() const { return kind == Kind::kUndefined; }
   bool is_data() const { return kind == Kind::kData; }
-  bool is_string() const { return is_data() && data.is_string(); }
-  bool is_number() const { return is_data() && data.is_number(); }
-  bool is_none() const { return is_data() && data.is_null(); }
-  bool is_list() const { return is_data() && data.is_array(); }
-  bool is_dict() const { return is_data() && data.is_object(); }
-  const std::string& str() const { return data.get_ref<const std::string&>(); }
+  bool is_string() const { return is_data() && ptr->is_string(); }
+  bool is_number() const { return is_data() && ptr->is_number(); }
+  bool is_none() const { return is_data() && ptr->is_null(); }
+  bool is_list() const { return is_data() && ptr->is_array(); }
+  bool is_dict() const { return is_data() && ptr->is_object(); }
+  const std::string& str() const { return ptr->get_ref<const std::string&>(); }
 };
 
 // Python semantics over Values.
@@ -113,8 +129,13 @@ std::string PyJsonDumps(const Json& j, int indent, const std::string& item_sep,
 // UTF-8 <-> code points (Python strings index code points). Invalid bytes
 // decode to U+FFFD.
 std::u32string DecodeUtf8(const std::string& s);
+// len() of a Python string: the number of code points.
+size_t CountCodePoints(const std::string& s);
+// The code point starting at byte i of s; *len receives its byte length.
+char32_t DecodeUtf8At(const std::string& s, size_t i, size_t* len);
 std::string EncodeUtf8(const std::u32string& s);
 std::string EncodeUtf8(char32_t c);
+void AppendUtf8(char32_t c, std::string* out);
 
 }  // namespace kvserve::chat::jinja
 
