@@ -385,7 +385,7 @@ class Evaluator {
       n = static_cast<int64_t>(chars.size());
     } else if (obj.is_undefined()) {
       throw Error(obj.hint.empty() ? "undefined value is not subscriptable" : obj.hint);
-    } else {
+    } else {  // slices bypass jinja2's getitem: Python's TypeError propagates
       throw Error("'" + TypeName(obj) + "' object is not subscriptable");
     }
     const auto clamp = [&](std::optional<int64_t> b, int64_t def) {
@@ -439,6 +439,10 @@ class Evaluator {
         throw Error("'in <string>' requires string as left operand, not " + TypeName(item));
       }
       return container.str().find(item.str()) != std::string::npos;
+    }
+    if (container.is_dict() || container.kind == Value::Kind::kNamespace) {
+      if (item.is_list() || item.is_dict())
+        throw Error("unhashable type: '" + TypeName(item) + "'");
     }
     if (container.is_dict()) return item.is_string() && container.data().contains(item.str());
     if (container.kind == Value::Kind::kNamespace) {

@@ -128,7 +128,14 @@ std::optional<double> ParseFloat(const std::string& raw) {
   return std::nullopt;
 }
 
+// int(), float(), abs() and round() of an undefined value fail in jinja2
+// (Undefined defines __int__ and __float__ to raise).
+void FailIfUndefined(const Value& v) {
+  if (v.is_undefined()) throw Error(v.hint.empty() ? "undefined value used as a number" : v.hint);
+}
+
 Value Int(const Value& v, const CallArgs& a) {
+  FailIfUndefined(v);
   const Value* def = a.Get(0, "default");
   const Value fallback = def != nullptr ? *def : Value(Json(0));
   if (v.is_data() && (v.data().is_number_integer() || v.data().is_boolean()))
@@ -152,6 +159,7 @@ Value Int(const Value& v, const CallArgs& a) {
 }
 
 Value Float(const Value& v, const CallArgs& a) {
+  FailIfUndefined(v);
   const Value* def = a.Get(0, "default");
   const Value fallback = def != nullptr ? *def : Value(Json(0.0));
   if (v.is_data() && (v.data().is_number() || v.data().is_boolean())) {
@@ -204,6 +212,7 @@ bool RunTest(const Value& item, const CallArgs& a, size_t first) {
 
 Value SelectImpl(const Value& v, const CallArgs& a, bool attr, bool keep) {
   Json out = Json::array();
+  if (!Truthy(v)) return Value(std::move(out));  // jinja2: `if value: for item in value`
   std::string path;
   if (attr) {
     if (a.positional.empty()) throw Error("missing parameter for attribute name");
@@ -218,6 +227,7 @@ Value SelectImpl(const Value& v, const CallArgs& a, bool attr, bool keep) {
 
 Value Map(const Value& v, const CallArgs& a) {
   Json out = Json::array();
+  if (!Truthy(v)) return Value(std::move(out));  // jinja2: `if value: for item in value`
   if (const Value* attr = a.Keyword("attribute")) {
     const Value* def = a.Keyword("default");
     for (const Value& item : Iterate(v)) {
@@ -250,6 +260,7 @@ Value Unique(const Value& v, const CallArgs& a) {
   std::vector<Value> seen;
   for (const Value& item : Iterate(v)) {
     const Value k = SortKey(item, attr, cs);
+    if (k.is_list() || k.is_dict()) throw Error("unhashable type: '" + TypeName(k) + "'");
     if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return Equal(s, k); })) {
       seen.push_back(k);
       out.push_back(ToJson(item));
@@ -290,11 +301,14 @@ Value Round(const Value& v, const CallArgs& a) {
   } else {
     throw Error("method must be 'common', 'ceil' or 'floor'");
   }
-  if (method == "common" && v.data().is_number_integer()) return v;  // round(int, n) keeps the int
+  if (method == "common" && (v.data().is_number_integer() || v.data().is_boolean())) {
+    return Value(Json(ToInt(v, "value")));  // round(int, n) is an int (bool is an int)
+  }
   return Value(Json(r));
 }
 
 Value Abs(const Value& v, const CallArgs&) {
+  FailIfUndefined(v);
   if (v.is_data() && v.data().is_number_integer())
     return Value(Json(std::llabs(v.data().get<int64_t>())));
   if (v.is_data() && v.data().is_boolean()) return Value(Json(v.data().get<bool>() ? 1 : 0));
@@ -315,7 +329,11 @@ Value Indent(const Value& v, const CallArgs& a) {
   }
   const bool first = BoolArg(a, 1, "first", false);
   const bool blank = BoolArg(a, 2, "blank", false);
-  const std::string s = ToStr(v) + "\n";
+  if (!v.is_string()) {  // jinja2 appends "\n" to the value: only strings can take it
+    FailIfUndefined(v);
+    throw Error("indent() needs a string, not " + TypeName(v));
+  }
+  const std::string s = v.str() + "\n";
   std::vector<std::string> lines;
   size_t start = 0;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -447,6 +465,21 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
   return *filters;
 }
 
+// Python's a % b for numbers (the sign of b), as a double for the tests.
+double PyMod(const Value& a, const Value& b) {
+  const auto num = [](const Value& v) {
+    if (!v.is_data() || !(v.data().is_number() || v.data().is_boolean())) {
+      throw Error("unsupported operand type(s) for %: '" + TypeName(v) + "'");
+    }
+    return v.data().is_boolean() ? (v.data().get<bool>() ? 1.0 : 0.0) : v.data().get<double>();
+  };
+  const double x = num(a), y = num(b);
+  if (y == 0) throw Error("integer division or modulo by zero");
+  double r = std::fmod(x, y);
+  if (r != 0 && ((r < 0) != (y < 0))) r += y;
+  return r;
+}
+
 bool IsNumber(const Value& v) {
   return v.is_data() && (v.data().is_number() || v.data().is_boolean());
 }
@@ -489,14 +522,10 @@ const std::unordered_map<std::string, TestFn>& Tests() {
        }},
       {"callable",
        [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::kCallable; }},
-      {"odd", [](const Value& v, const CallArgs&) { return ToInt(v, "odd") % 2 != 0; }},
-      {"even", [](const Value& v, const CallArgs&) { return ToInt(v, "even") % 2 == 0; }},
+      {"odd", [](const Value& v, const CallArgs&) { return PyMod(v, Value(Json(2))) == 1; }},
+      {"even", [](const Value& v, const CallArgs&) { return PyMod(v, Value(Json(2))) == 0; }},
       {"divisibleby",
-       [](const Value& v, const CallArgs& a) {
-         const int64_t d = ToInt(Arg0(a, "divisibleby"), "divisibleby");
-         if (d == 0) throw Error("integer division or modulo by zero");
-         return ToInt(v, "divisibleby") % d == 0;
-       }},
+       [](const Value& v, const CallArgs& a) { return PyMod(v, Arg0(a, "divisibleby")) == 0; }},
       {"eq", [](const Value& v, const CallArgs& a) { return Equal(v, Arg0(a, "eq")); }},
       {"equalto", [](const Value& v, const CallArgs& a) { return Equal(v, Arg0(a, "equalto")); }},
       {"sameas", [](const Value& v, const CallArgs& a) { return Equal(v, Arg0(a, "sameas")); }},
@@ -515,10 +544,15 @@ const std::unordered_map<std::string, TestFn>& Tests() {
          }
          return false;
        }},
-      {"lower", [](const Value& v,
-                   const CallArgs&) { return v.is_string() && ToLower(v.str()) == v.str(); }},
-      {"upper", [](const Value& v,
-                   const CallArgs&) { return v.is_string() && ToUpper(v.str()) == v.str(); }},
+      // str(value).islower() / .isupper()
+      {"lower",
+       [](const Value& v, const CallArgs& a) {
+         return Truthy(*CallMethod(Value(Json(ToStr(v))), "islower", a));
+       }},
+      {"upper",
+       [](const Value& v, const CallArgs& a) {
+         return Truthy(*CallMethod(Value(Json(ToStr(v))), "isupper", a));
+       }},
   };
   return *tests;
 }

@@ -296,6 +296,20 @@ std::optional<Value> DictMethod(const Value& dict, const std::string& name, cons
   return std::nullopt;
 }
 
+std::optional<Value> ListMethod(const Json& l, const std::string& name, const CallArgs& args) {
+  if (name != "count" && name != "index") return std::nullopt;
+  const Value* x = args.Get(0, "value");
+  if (x == nullptr) throw Error(name + "() takes exactly one argument");
+  int64_t n = 0;
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (!Equal(Value(l[i]), *x)) continue;
+    if (name == "index") return Value(Json(static_cast<int64_t>(i)));
+    ++n;
+  }
+  if (name == "index") throw Error(ToStr(*x) + " is not in list");
+  return Value(Json(n));
+}
+
 }  // namespace
 
 std::string ToLower(const std::string& s) {
@@ -337,6 +351,7 @@ int64_t ToInt(const Value& v, const char* what) {
 std::optional<Value> CallMethod(const Value& obj, const std::string& name, const CallArgs& args) {
   if (obj.is_string()) return StrMethod(obj.str(), name, args);
   if (obj.is_dict()) return DictMethod(obj, name, args);
+  if (obj.is_list()) return ListMethod(obj.data(), name, args);
   return std::nullopt;
 }
 

@@ -61,6 +61,8 @@ def run_driver(request):
 
 def kvserve_render(template, special, cases):
     rc, out = run_driver({"template": template, "special_tokens": special, "cases": cases})
+    if rc == 2:  # the template does not compile: every render fails
+        return [{"error": out["error"]}] * len(cases)
     assert rc == 0, out
     return out["results"]
 
@@ -72,7 +74,7 @@ def assert_same(template, special, cases):
     checked_texts = 0
     for case, got in zip(cases, ours):
         want = hf_render(tokenizer, case)
-        where = json.dumps(case, ensure_ascii=False)[:400]
+        where = template[:300] + " with " + json.dumps(case, ensure_ascii=False)[:300]
         if "text" in want:
             assert "text" in got, f"kvserve failed where transformers rendered: {got} for {where}"
             assert got["text"] == want["text"], f"render differs for {where}"
@@ -385,3 +387,119 @@ def test_checkpoint_without_template(tmp_path):
     write_checkpoint(str(tmp_path), "none")
     rc, out = run_driver({"model_dir": str(tmp_path), "cases": []})
     assert rc == 2 and "no chat template" in out["error"], out
+
+
+# ---------------------------------------------------------------------------
+# Random expressions: a seeded generator of small templates over a fixed
+# context, so constructs meet in combinations nobody wrote down. Left out:
+# slices of literals (jinja2 folds them at compile time, to undefined), str % x,
+# tuples (kvserve stores them as lists, Python prints them as tuples) and
+# undefined values inside lists (kvserve stores None, Python prints
+# "Undefined"); chat templates print neither.
+
+FUZZ_CONTEXT = {"s": "Hello, Wörld ", "t": "a,b,,c", "n": 7, "f": 2.5, "neg": -3, "b": True, "z": None,
+                "e": "", "l": [3, 1, 2], "w": ["b", "A", "a"], "d": {"a": 1, "b": [1, 2], "c": "x"},
+                "m": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": " yo "}]}
+
+
+def fuzz_expr(rng, depth):
+    leaves = ["s", "t", "n", "f", "neg", "b", "z", "e", "l", "w", "d", "m", "missing", "1", "0", "-2", "3.5",
+              "'x'", "'ab c'", "''", "true", "false", "none", "[1, 2]", "['p', 'q']", "{'k': 1}",
+              "d.a", "d['b']", "m[0].role", "m[-1]['content']", "l[1]", "s[0]", "d.nope"]
+    if depth <= 0 or rng.random() < 0.25:
+        return rng.choice(leaves)
+    a = fuzz_expr(rng, depth - 1)
+    b = fuzz_expr(rng, depth - 1)
+    kind = rng.randrange(9)
+    if kind == 0:
+        op = rng.choice(['+', '-', '*', '/', '//', '%', '~'])
+        if op == '%':  # str % x is printf-style formatting, which kvserve does not do
+            a = rng.choice(["n", "f", "neg", "b", "3", "2.5", "d.a", "l[0]"])
+        return f"({a} {op} {b})"
+    if kind == 1:
+        return f"({a} {rng.choice(['==', '!=', '<', '>', '<=', '>=', 'in', 'not in'])} {b})"
+    if kind == 2:
+        return f"({a} {rng.choice(['and', 'or'])} {b})" if rng.random() < 0.7 else f"(not {a})"
+    if kind == 3:
+        return f"({a} if {b} else {fuzz_expr(rng, depth - 1)})"
+    if kind == 4:
+        if rng.random() < 0.15:
+            attr_filter = rng.choice(["map(attribute='role')|list", "selectattr('role', 'eq', 'user')|list",
+                                      "map(attribute='content')|join('/')", "rejectattr('content')|list"])
+            return f"(m|{attr_filter})"
+        flt = rng.choice(["trim", "upper", "lower", "capitalize", "title", "length", "first", "last", "join",
+                          "join(', ')", "default('dv')", "default('dv', true)", "tojson", "tojson(indent=1)",
+                          "string", "int", "float", "list", "replace('l', 'L')", "unique|list", "sort|list",
+                          "select('odd')|list", "reject('defined')|list", "map('string')|list",
+                          "round", "abs", "indent(2)", "reverse|list", "sum", "min", "max"])
+        return f"({a}|{flt})"
+    if kind == 5:
+        test = rng.choice(["defined", "undefined", "none", "string", "mapping", "iterable", "number",
+                           "sequence", "boolean", "integer", "float", "odd", "even", "divisibleby 3",
+                           "eq 7", "in [1, 'x']", "lower", "upper", "true", "false"])
+        return f"({a} is {'not ' if rng.random() < 0.3 else ''}{test})"
+    if kind == 6:  # on variables: jinja2 folds constants, and literal[1:] folds to undefined
+        var = rng.choice(["s", "t", "n", "f", "z", "e", "l", "w", "d", "m", "missing", "m[1]", "d.b"])
+        return f"{var}[{rng.choice(['1:', ':-1', '::-1', '::2', '-2:', '1:2', '0'])}]"
+    if kind == 7:
+        meth = rng.choice(["strip()", "lstrip()", "rstrip('d ')", "split()", "split(',')", "upper()",
+                           "lower()", "title()", "startswith('H')", "endswith(' ')", "replace('o', '0')",
+                           "get('a')", "get('q', 'dq')", "keys()|list", "values()|list", "count('l')",
+                           "find('l')"])
+        return f"{a}.{meth}"
+    defined = [x for x in leaves if x not in ("missing", "d.nope")]
+    return f"[{rng.choice(defined)}, {rng.choice(defined)}]"
+
+
+def test_random_expressions():
+    import random
+    rng = random.Random(20260517)
+    templates = [f"{{{{ {fuzz_expr(rng, rng.randrange(1, 4))} }}}}" for _ in range(400)]
+    # One template per expression: each must render identically or fail on both sides.
+    rendered = 0
+    for chunk in range(0, len(templates), 50):
+        batch = templates[chunk:chunk + 50]
+        for src in batch:
+            case = {"messages": [{"role": "user", "content": "x"}], "tools": None,
+                    "add_generation_prompt": False, "extra_context": FUZZ_CONTEXT}
+            rendered += assert_same(src, {}, [case])
+    assert rendered >= 150, rendered  # most generated expressions are valid Python too
+
+
+def fuzz_whitespace_template(rng, depth):
+    """Text with spaces, tabs and newlines around tags carrying -, + or nothing."""
+    texts = ["a", " ", "  ", "\n", "\t", " \n ", "\n\n", "x y", "\n  ", "  \n", "\t\n\t"]
+
+    def tag(open_, body, close):
+        left = rng.choice(["", "", "-", "+"]) if open_ == "{%" else rng.choice(["", "-"])
+        right = rng.choice(["", "", "-", "+"]) if close == "%}" else rng.choice(["", "-"])
+        return f"{open_}{left} {body} {right}{close}"
+
+    out = []
+    for _ in range(rng.randrange(1, 5)):
+        out.append(rng.choice(texts))
+        kind = rng.randrange(6)
+        if kind == 0 and depth > 0:
+            out.append(tag("{%", "if true", "%}") + fuzz_whitespace_template(rng, depth - 1) + tag("{%", "endif", "%}"))
+        elif kind == 1 and depth > 0:
+            out.append(tag("{%", "for i in [1, 2]", "%}") + fuzz_whitespace_template(rng, depth - 1)
+                       + tag("{%", "endfor", "%}"))
+        elif kind == 2:
+            out.append(tag("{{", "i|default('v')", "}}"))
+        elif kind == 3:
+            out.append(tag("{#", "c", "#}"))
+        elif kind == 4:
+            out.append(tag("{%", "set q = 1", "%}"))
+        else:
+            out.append(rng.choice(texts))
+    return "".join(out)
+
+
+def test_random_whitespace_control():
+    import random
+    rng = random.Random(7)
+    case = {"messages": [{"role": "user", "content": "x"}], "tools": None, "add_generation_prompt": False}
+    rendered = 0
+    for _ in range(300):
+        rendered += assert_same(fuzz_whitespace_template(rng, 2), {}, [case])
+    assert rendered == 300
