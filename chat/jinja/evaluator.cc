@@ -146,6 +146,7 @@ class Evaluator {
       items = std::move(kept);
     }
     const int64_t n = static_cast<int64_t>(items.size());
+    bool completed_one = false;
     ++loop_depth_;
     for (int64_t i = 0; i < n; ++i) {
       auto f = std::make_shared<Frame>();
@@ -158,10 +159,14 @@ class Evaluator {
       if (loop_neighbors_ && i + 1 < n) loop["nextitem"] = ToJson(items[i + 1]);
       f->vars["loop"] = Value(std::move(loop));
       Bind(s.targets, items[i], f.get(), s.line);
-      if (Exec(s.body, f, out) == Flow::kBreak) break;
+      const Flow flow = Exec(s.body, f, out);
+      if (flow == Flow::kBreak) break;
+      if (flow == Flow::kNormal) completed_one = true;
     }
     --loop_depth_;
-    if (n == 0) {
+    // jinja2 clears its "no iteration" flag at the end of the body, so the
+    // else branch also runs when every iteration ended in break or continue.
+    if (!completed_one) {
       auto f = std::make_shared<Frame>();
       f->parent = frame;
       Exec(s.else_body, f, out);

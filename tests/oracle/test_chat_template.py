@@ -503,3 +503,48 @@ def test_random_whitespace_control():
     for _ in range(300):
         rendered += assert_same(fuzz_whitespace_template(rng, 2), {}, [case])
     assert rendered == 300
+
+
+def fuzz_program(rng, depth, in_loop=False):
+    """Statements: for (filtered, else, loop variables, break/continue), if/elif/else, set (scoped
+    by loops), namespace assignment and macro calls, around random expressions."""
+    parts = []
+    for _ in range(rng.randrange(1, 4)):
+        kind = rng.randrange(8 if depth > 0 else 3)
+        e = fuzz_expr(rng, 1)
+        if kind == 0:
+            parts.append(f"{{{{ {e} }}}}")
+        elif kind == 1:
+            parts.append(f"{{% set v = {e} %}}[{{{{ v }}}}]")
+        elif kind == 2:
+            parts.append(f"{{% set ns.c = ns.c ~ ({e}) %}}")
+        elif kind == 3:
+            seq = rng.choice(["l", "w", "m", "d", "s", "[]", "range(3)", "t.split(',')", "m|map(attribute='role')"])
+            cond = rng.choice(["", "", " if x", " if loop is not defined", " if x != 1"])
+            body = fuzz_program(rng, depth - 1, in_loop=True)
+            tail = rng.choice(["", "{% else %}empty"])
+            parts.append(f"{{% for x in {seq}{cond} %}}<{{{{ loop.index0 }}}}{{{{ loop.revindex }}}}"
+                         f"{{{{ loop.last }}}}{{{{ x }}}}{body}>{tail}{{% endfor %}}")
+        elif kind == 4:
+            parts.append(f"{{% if {e} %}}{fuzz_program(rng, depth - 1, in_loop)}{{% elif {fuzz_expr(rng, 1)} %}}"
+                         f"E{{% else %}}{fuzz_program(rng, depth - 1, in_loop)}{{% endif %}}")
+        elif kind == 5:
+            parts.append(f"{{{{ mk({e}) }}}}{{{{ mk(b={fuzz_expr(rng, 1)}, a=1) }}}}")
+        elif kind == 6 and in_loop:
+            parts.append(rng.choice(["{% if x == 1 %}{% break %}{% endif %}", "{% continue %}"]))
+        else:
+            parts.append(f"{{% set v %}}({e}){{% endset %}}{{{{ v|length }}}}")
+    return "".join(parts)
+
+
+def test_random_programs():
+    import random
+    rng = random.Random(99)
+    prefix = "{% set ns = namespace(c='') %}{% macro mk(a, b=2) %}[{{ a }}|{{ b }}]{% endmacro %}"
+    case = {"messages": [{"role": "user", "content": "x"}], "tools": None, "add_generation_prompt": False,
+            "extra_context": FUZZ_CONTEXT}
+    rendered = 0
+    for _ in range(300):
+        src = prefix + fuzz_program(rng, 2) + "{{ v is defined }}{{ ns.c }}"
+        rendered += assert_same(src, {}, [case])
+    assert rendered >= 100, rendered

@@ -45,6 +45,11 @@ TEST(JinjaEval, BreakContinue) {
               "{% break %}{% endif %}{{ i }}{% endfor %}"),
             "023");
   EXPECT_EQ(R("{% break %}"), "ERROR line 1: 'break' outside a for loop");
+  // jinja2's else runs unless an iteration reached the end of the body.
+  EXPECT_EQ(R("{% for i in [1, 2] %}{{ i }}{% continue %}{% else %}E{% endfor %}"), "12E");
+  EXPECT_EQ(
+      R("{% for i in [1, 2] %}{{ i }}{% if i == 2 %}{% break %}{% endif %}{% else %}E{% endfor %}"),
+      "12");
 }
 
 TEST(JinjaEval, ScopingFollowsJinja) {
