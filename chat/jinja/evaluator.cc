@@ -501,7 +501,15 @@ double AsDouble(const Value& v) {
   return v.data().is_boolean() ? (v.data().get<bool>() ? 1.0 : 0.0) : v.data().get<double>();
 }
 
+// Results larger than this are refused: a template (or a client value it
+// multiplies by) must not exhaust the daemon's memory.
+constexpr size_t kMaxRepeatBytes = size_t{1} << 26;
+
 Value Repeat(const Value& seq, int64_t times) {
+  const size_t unit = seq.is_string() ? seq.str().size() : seq.data().size() * 8;
+  if (times > 0 && unit > 0 && static_cast<size_t>(times) > kMaxRepeatBytes / unit) {
+    throw Error("repetition result too large");
+  }
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += seq.str();
@@ -536,8 +544,14 @@ Value Arith(const std::string& op, const Value& a, const Value& b) {
     if (op == "*") return Value(Json(x * y));
     if (op == "**") {
       if (y < 0) return Value(Json(std::pow(static_cast<double>(x), static_cast<double>(y))));
-      int64_t r = 1;
-      for (int64_t i = 0; i < y; ++i) r *= x;
+      // Squaring; past int64 the result is a float (Python's would be a big int).
+      int64_t r = 1, base = x;
+      bool overflow = false;
+      for (int64_t e = y; e > 0 && !overflow; e >>= 1) {
+        if ((e & 1) != 0) overflow = __builtin_mul_overflow(r, base, &r);
+        if (e > 1 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+      }
+      if (overflow) return Value(Json(std::pow(static_cast<double>(x), static_cast<double>(y))));
       return Value(Json(r));
     }
     if (y == 0) throw Error("integer division or modulo by zero");

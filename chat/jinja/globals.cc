@@ -21,10 +21,11 @@ Value Range(const CallArgs& args) {
     if (p.size() == 3) step = ToInt(p[2], "range() argument");
   }
   if (step == 0) throw Error("range() arg 3 must not be zero");
-  constexpr int64_t kMaxItems = 1 << 20;  // the sandbox's MAX_RANGE is 100000
+  constexpr int64_t kMaxItems = 100000;  // jinja2's sandbox MAX_RANGE
   Json out = Json::array();
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-    if (static_cast<int64_t>(out.size()) >= kMaxItems) throw Error("range too big");
+    if (static_cast<int64_t>(out.size()) >= kMaxItems)
+      throw Error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     out.push_back(i);
   }
   return Value(std::move(out));

@@ -151,6 +151,11 @@ TEST(JinjaEval, Operators) {
               R"({"x": 0, "y": "s"})"),
             "0|s|True|b|");
   EXPECT_EQ(R("{{ 1 / 0 }}"), "ERROR line 1: division by zero");
+  EXPECT_EQ(R("{{ 3 ** 13 }} {{ (-2) ** 63 }} {{ 2 ** 0 }} {{ 2 ** -1 }}"),
+            "1594323 -9223372036854775808 1 0.5");
+  EXPECT_EQ(R("{{ (2 ** 1000000000000) > 0 }}"), "True");  // no loop of 10^12 steps
+  EXPECT_EQ(R("{{ ('x' * 1000000000000)|length }}"), "ERROR line 1: repetition result too large");
+  EXPECT_EQ(R("{{ range(100001)|length }}").substr(0, 31), "ERROR line 1: Range too big. Th");
   EXPECT_EQ(R("\n{{ 'a' + 1 }}"),
             "ERROR line 2: unsupported operand type(s) for +: 'str' and 'int'");
   EXPECT_EQ(R("{{ 1 < 'a' }}"),
