@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "chat/jinja/value.h"
@@ -50,18 +51,10 @@ class Lexer {
       }
       const char type = src_[tag + 1];  // '{', '%' or '#'
       const char sign = tag + 2 < src_.size() ? src_[tag + 2] : '\0';
-      if (sign == '-') {
-        text = RStrip(text);
-      } else if (sign != '+' && type != '{') {
-        // lstrip_blocks: drop spaces and tabs between the line start and a block or comment tag.
-        const size_t nl = text.rfind('\n');
-        const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
-        if (l_pos > 0 || line_starting) {
-          if (text.find_first_not_of(" \t", l_pos) == std::string::npos) text.resize(l_pos);
-        }
-      }
+      TrimBeforeTag(sign, type != '{', line_starting, &text);
       Emit(Token::Kind::kData, text, text_line);
       Advance(tag + 2 + ((sign == '-' || sign == '+') ? 1 : 0));
+      if (type == '%' && LexRaw(&line_starting)) continue;
       if (type == '#') {
         line_starting = LexCommentEnd();
       } else {
@@ -91,6 +84,63 @@ class Lexer {
   void Emit(Token::Kind kind, std::string text, int line) {
     if (kind == Token::Kind::kData && text.empty()) return;
     tokens_.push_back({kind, std::move(text), line});
+  }
+
+  // Whitespace before a tag: "-" strips it all; otherwise lstrip_blocks drops
+  // spaces and tabs between the line start and a block or comment tag.
+  static void TrimBeforeTag(char sign, bool block_or_comment, bool line_starting,
+                            std::string* text) {
+    if (sign == '-') {
+      *text = RStrip(*text);
+    } else if (sign != '+' && block_or_comment) {
+      const size_t nl = text->rfind('\n');
+      const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
+      if (l_pos > 0 || line_starting) {
+        if (text->find_first_not_of(" \t", l_pos) == std::string::npos) text->resize(l_pos);
+      }
+    }
+  }
+
+  // At p just inside "{%": the keyword `word` then "%}", "-%}" or (allow_plus) "+%}"?
+  // Returns the end sign ('-', '+' or ' ') and the offset past the tag.
+  std::optional<std::pair<char, size_t>> MatchKeywordTag(size_t p, const char* word,
+                                                         bool allow_plus) const {
+    const std::string w(word);
+    while (p < src_.size() && IsSpace(src_[p])) ++p;
+    if (src_.compare(p, w.size(), w) != 0) return std::nullopt;
+    p += w.size();
+    while (p < src_.size() && IsSpace(src_[p])) ++p;
+    if (src_.compare(p, 2, "%}") == 0) return std::make_pair(' ', p + 2);
+    if (src_.compare(p, 3, "-%}") == 0) return std::make_pair('-', p + 3);
+    if (allow_plus && src_.compare(p, 3, "+%}") == 0) return std::make_pair('+', p + 3);
+    return std::nullopt;
+  }
+
+  // {% raw %}...{% endraw %} (pos_ just inside "{%", its sign consumed): the
+  // body is data, whitespace controls applied as jinja2 does (no trim_blocks
+  // after "raw", trim_blocks after "endraw"). False when the tag is not raw.
+  bool LexRaw(bool* line_starting) {
+    const auto begin = MatchKeywordTag(pos_, "raw", /*allow_plus=*/false);  // as jinja2's regex
+    if (!begin) return false;
+    const int start_line = line_;
+    Advance(begin->second);
+    if (begin->first == '-') {
+      while (pos_ < src_.size() && IsSpace(src_[pos_])) Advance(pos_ + 1);
+    }
+    bool body_line_starting = pos_ > 0 && src_[pos_ - 1] == '\n';
+    for (size_t at = src_.find("{%", pos_); at != std::string::npos; at = src_.find("{%", at + 2)) {
+      const char sign = at + 2 < src_.size() ? src_[at + 2] : '\0';
+      const size_t inner = at + 2 + ((sign == '-' || sign == '+') ? 1 : 0);
+      const auto end = MatchKeywordTag(inner, "endraw", /*allow_plus=*/true);
+      if (!end) continue;
+      std::string body = src_.substr(pos_, at - pos_);
+      TrimBeforeTag(sign, true, body_line_starting, &body);
+      Emit(Token::Kind::kData, std::move(body), line_);
+      Advance(end->second);
+      *line_starting = AfterTagEnd(end->first == '-', end->first != '+');
+      return true;
+    }
+    throw Error("unterminated raw block", start_line);
   }
 
   // After a tag end: "-" strips all following whitespace; otherwise, for

@@ -281,6 +281,8 @@ CONSTRUCTS = {
     "trim_lstrip": ("<ul>\n  {% for i in [1, 2] %}\n    <li>{{ i }}</li>\n  {% endfor %}\n</ul>\n"
                     "  {# c #}\nx {% if true %} y {% endif %} z\n\t{% set q = 1 %}\nend\n", [{}]),
     "crlf_and_trailing_newline": ("line1\r\n{% if true %}\r\nline2\r\n{% endif %}\r\n{{ 'v' }}\n", [{}]),
+    "raw": ("a {% raw %}{{ not evaluated }} {% if %}{% endraw %} b\n  {%- raw -%}  \n x {{ y }}\n  {%- endraw -%}  \n"
+            "c\n  {% raw %}\n  r\n  {% endraw %}\nd{%+ raw %}\ne{% endraw +%}\nf", [{}]),
     "globals": ("{{ range(3)|list }} {{ range(1, 10, 3)|list }} {{ range(5, 0, -2)|list }} "
                 "{{ dict(a=1, b='x') }} {{ strftime_now('%Y') | length }}", [{}]),
     "raise_exception": ("{% if x %}{{ raise_exception('bad input: ' ~ x) }}{% endif %}ok",
@@ -490,6 +492,10 @@ def fuzz_whitespace_template(rng, depth):
             out.append(tag("{#", "c", "#}"))
         elif kind == 4:
             out.append(tag("{%", "set q = 1", "%}"))
+        elif rng.random() < 0.3:  # raw: "+%}" cannot close its opening tag (jinja2's regex)
+            left, right = rng.choice(["", "-", "+"]), rng.choice(["", "-"])
+            body = rng.choice(texts) + "{{ i }}{% if %}" + rng.choice(texts)
+            out.append(f"{{%{left} raw {right}%}}{body}" + tag("{%", "endraw", "%}"))
         else:
             out.append(rng.choice(texts))
     return "".join(out)

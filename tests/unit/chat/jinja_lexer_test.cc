@@ -46,6 +46,13 @@ TEST(JinjaLexer, StringLiteralsAndNumbers) {
   EXPECT_EQ(R("{{ {'a': {'b': 1}}['a']['b'] }}"), "1");  // }} inside a dict literal
 }
 
+TEST(JinjaLexer, RawBlocks) {
+  EXPECT_EQ(R("{% raw %}{{ x }}{% if %}{% endraw %}"), "{{ x }}{% if %}");
+  EXPECT_EQ(R("a {%- raw -%} \n {{ x }} \n {%- endraw -%} \n b"), "a{{ x }}b");
+  EXPECT_EQ(R("{% raw %}\nx\n  {% endraw %}\ny"), "\nx\ny");  // lstrip before endraw, trim after
+  EXPECT_EQ(R("\n{% raw %}never closed"), "ERROR line 2: unterminated raw block");
+}
+
 TEST(JinjaLexer, ErrorsNameTheLine) {
   EXPECT_EQ(R("a\n{{ 'unterminated }}"), "ERROR line 2: unterminated string");
   EXPECT_EQ(R("a\nb\n{% if x"), "ERROR line 3: unterminated {% tag");
