@@ -44,6 +44,10 @@ struct Expr {
   std::vector<std::string> ops;  // kCompare
 };
 
+// The variable a {% filter %} block's rendered body is bound to (not a
+// name the lexer can produce).
+inline constexpr const char* kFilterBody = "\x01filter body";
+
 struct Stmt;
 using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
@@ -59,7 +63,8 @@ struct Stmt {
     kMacro,     // name(params) body
     kBreak,
     kContinue,
-    kScope,  // body rendered as is ({% generation %})
+    kScope,   // body rendered as is ({% generation %})
+    kFilter,  // {% filter f|g(x) %}body{% endfilter %}: expr filters the Name kFilterBody
   };
   Kind kind;
   int line = 0;

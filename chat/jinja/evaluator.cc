@@ -104,6 +104,15 @@ class Evaluator {
         return Flow::kContinue;
       case Stmt::Kind::kScope:
         return Exec(s.body, frame, out);
+      case Stmt::Kind::kFilter: {
+        std::string text;
+        const Flow flow = Exec(s.body, frame, &text);
+        auto f = std::make_shared<Frame>();
+        f->parent = frame;
+        f->vars[kFilterBody] = Value(Json(std::move(text)));
+        *out += ToStr(Eval(*s.expr, f));
+        return flow;
+      }
     }
     return Flow::kNormal;
   }

@@ -403,6 +403,27 @@ Value MinMax(const Value& v, const CallArgs& a, bool max) {
   return best ? *best : Value::Undefined("No aggregated item, sequence was empty.");
 }
 
+// dictsort(case_sensitive=false, by='key', reverse=false): [key, value] pairs.
+Value DictSort(const Value& v, const CallArgs& a) {
+  const bool cs = BoolArg(a, 0, "case_sensitive", false);
+  const std::string by = StrArgOr(a, 1, "by", "key");
+  const bool reverse = BoolArg(a, 2, "reverse", false);
+  if (by != "key" && by != "value") throw Error("You can only sort by either 'key' or 'value'");
+  if (!v.is_dict()) throw Error("dictsort needs a mapping, not " + TypeName(v));
+  std::vector<std::pair<Value, Json>> keyed;
+  for (auto it = v.data().begin(); it != v.data().end(); ++it) {
+    Value k = by == "key" ? Value(Json(it.key())) : Value(it.value());
+    if (!cs && k.is_string()) k = Value(Json(ToLower(k.str())));
+    keyed.emplace_back(std::move(k), Json::array({it.key(), it.value()}));
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+    return reverse ? Compare(y.first, x.first) < 0 : Compare(x.first, y.first) < 0;
+  });
+  Json out = Json::array();
+  for (auto& [k, pair] : keyed) out.push_back(std::move(pair));
+  return Value(std::move(out));
+}
+
 Value Reverse(const Value& v, const CallArgs&) {
   if (v.is_string()) {
     std::u32string u = DecodeUtf8(v.str());
@@ -461,6 +482,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
       {"min", [](const Value& v, const CallArgs& a) { return MinMax(v, a, false); }},
       {"max", [](const Value& v, const CallArgs& a) { return MinMax(v, a, true); }},
       {"reverse", Reverse},
+      {"dictsort", DictSort},
   };
   return *filters;
 }

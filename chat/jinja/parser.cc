@@ -205,6 +205,24 @@ class Parser {
     } else if (name == "break" || name == "continue") {
       s->kind = name == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
       ExpectBlockEnd();
+    } else if (name == "filter") {
+      s->kind = Stmt::Kind::kFilter;
+      auto input = MakeExpr(Expr::Kind::kName, tok.line);
+      input->name = kFilterBody;
+      s->expr = std::move(input);
+      do {
+        if (IsOp("|")) ++i_;
+        const int line = Cur().line;
+        auto f = MakeExpr(Expr::Kind::kFilter, line);
+        f->name = ExpectName();
+        if (!IsFilter(f->name)) throw Error("no filter named '" + f->name + "'", line);
+        f->args.push_back(std::move(s->expr));
+        if (IsOp("(")) ParseArgs(f.get());
+        s->expr = std::move(f);
+      } while (IsOp("|"));
+      ExpectBlockEnd();
+      s->body = ParseBody({"endfilter"}, &end);
+      ExpectBlockEnd();
     } else if (name == "generation") {
       // transformers' AssistantTracker extension: renders its body unchanged.
       s->kind = Stmt::Kind::kScope;

@@ -283,6 +283,12 @@ CONSTRUCTS = {
     "crlf_and_trailing_newline": ("line1\r\n{% if true %}\r\nline2\r\n{% endif %}\r\n{{ 'v' }}\n", [{}]),
     "raw": ("a {% raw %}{{ not evaluated }} {% if %}{% endraw %} b\n  {%- raw -%}  \n x {{ y }}\n  {%- endraw -%}  \n"
             "c\n  {% raw %}\n  r\n  {% endraw %}\nd{%+ raw %}\ne{% endraw +%}\nf", [{}]),
+    "filter_block_dictsort": ("{% filter upper|replace('A', '4') %}abc {{ x }}{% endfilter %}|"
+                              "{% filter indent(2, true) %}l1\nl2{% endfilter %}|"
+                              "{% for k, v in d|dictsort %}{{ k }}{{ v }}{% endfor %}|"
+                              "{% for k, v in d|dictsort(by='value', reverse=true) %}{{ k }}{% endfor %}|"
+                              "{% for i in [1, 2] %}{% filter trim %} {{ i }} {% endfilter %}{% endfor %}",
+                              [{"x": "a", "d": {"b": 2, "A": 3, "c": 1}}]),
     "globals": ("{{ range(3)|list }} {{ range(1, 10, 3)|list }} {{ range(5, 0, -2)|list }} "
                 "{{ dict(a=1, b='x') }} {{ strftime_now('%Y') | length }}", [{}]),
     "raise_exception": ("{% if x %}{{ raise_exception('bad input: ' ~ x) }}{% endif %}ok",

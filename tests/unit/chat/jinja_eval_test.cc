@@ -222,6 +222,11 @@ TEST(JinjaEval, ParseErrorsNameTheLine) {
             "ERROR line 1: unexpected token in expression, got end of statement block");
 }
 
+TEST(JinjaEval, FilterBlocks) {
+  EXPECT_EQ(R("{% filter upper|trim %} a{{ 'b' }} {% endfilter %}!"), "AB!");
+  EXPECT_EQ(R("\n{% filter nope %}x{% endfilter %}"), "ERROR line 2: no filter named 'nope'");
+}
+
 TEST(JinjaEval, GenerationBlockRendersItsBody) {
   EXPECT_EQ(R("{% generation %}a{{ 1 }}{% endgeneration %}"), "a1");
 }
