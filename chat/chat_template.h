@@ -62,7 +62,9 @@ class ChatTemplate {
 
   // Renders the conversation. A raise_exception() in the template, or an
   // unsupported construct met at render time, is InvalidArgument with the
-  // template's message / line (the endpoint answers 400 with it).
+  // template's message / line (the endpoint answers 400 with it):
+  // raise_exception's message exactly as the template wrote it, any other
+  // error as "chat template line N: <what jinja2 would say>".
   // As transformers' apply_chat_template: message keys whose value is null
   // are dropped, reasoning_content / thinking / reasoning are aliased, an
   // empty conversation is an error, and the template sees messages, tools,
