@@ -30,12 +30,24 @@ struct ChatTemplateInputs {
   nlohmann::json extra_context;
 };
 
+// The same inputs with the client's key order kept: tojson writes object keys
+// in this order, as Python's dicts do (nlohmann::json sorts them). A server
+// that parses the request with nlohmann::ordered_json renders exactly what
+// transformers renders for the same request.
+struct OrderedChatTemplateInputs {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json extra_context;
+};
+
 class ChatTemplate {
  public:
   // Finds the checkpoint's template the way transformers does:
   // chat_template.jinja, then chat_template.json ({"chat_template": ...}),
   // then tokenizer_config.json's "chat_template" (a string, or a list of
-  // {"name", "template"} of which "default" is used). bos_token / eos_token
+  // {"name", "template"} of which "default" is used, or "tool_use" when the
+  // request has tools and the list names one). bos_token / eos_token
   // (and the other special tokens a template may name) come from
   // tokenizer_config.json (a string or an AddedToken object's "content").
   // Returns nullopt when the checkpoint has no template. Errors name the file,
@@ -50,10 +62,20 @@ class ChatTemplate {
 
   // Renders the conversation. A raise_exception() in the template, or an
   // unsupported construct met at render time, is InvalidArgument with the
-  // template's message / line (the endpoint answers 400 with it).
+  // template's message / line (the endpoint answers 400 with it):
+  // raise_exception's message exactly as the template wrote it, any other
+  // error as "chat template line N: <what jinja2 would say>".
+  // As transformers' apply_chat_template: message keys whose value is null
+  // are dropped, reasoning_content / thinking / reasoning are aliased, an
+  // empty conversation is an error, and the template sees messages, tools,
+  // documents (none), add_generation_prompt, the special tokens and
+  // extra_context (which overrides the special tokens).
   absl::StatusOr<std::string> Render(const ChatTemplateInputs& inputs) const;
+  absl::StatusOr<std::string> Render(const OrderedChatTemplateInputs& inputs) const;
 
   const std::string& source() const;
+  // The special tokens the template sees ({"bos_token": ..., ...}).
+  const nlohmann::ordered_json& special_tokens() const;
 
  private:
   struct Compiled;
