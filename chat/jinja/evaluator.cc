@@ -14,6 +14,8 @@
 namespace kvserve::chat::jinja {
 namespace {
 
+constexpr int64_t kMaxSteps = 1'000'000;
+constexpr size_t kMaxOutputBytes = size_t{64} << 20;
 constexpr int kMaxCallDepth = 256;  // macro recursion; the C++ stack must not overflow
 
 struct Frame {
@@ -69,6 +71,10 @@ class Evaluator {
 
  private:
   Flow ExecOne(const Stmt& s, const FramePtr& frame, std::string* out) {
+    // A render is bounded whatever the template does (nested loops over
+    // range(), say): hub templates run thousands of statements for a long
+    // conversation, never millions, and print kilobytes, not megabytes.
+    CountStep(s.line, *out);
     switch (s.kind) {
       case Stmt::Kind::kData:
         *out += s.text;
@@ -136,6 +142,16 @@ class Evaluator {
     for (size_t i = 0; i < items.size(); ++i) frame->vars[targets[i]] = items[i];
   }
 
+  // A render is bounded whatever the template does (nested loops over
+  // range(), say): hub templates run thousands of statements and loop
+  // iterations for a long conversation, never millions, and print kilobytes.
+  void CountStep(int line, const std::string& out) {
+    if (++steps_ > kMaxSteps) {
+      throw Error("the template ran more than 1,000,000 statements and loop iterations", line);
+    }
+    if (out.size() > kMaxOutputBytes) throw Error("the template rendered more than 64 MiB", line);
+  }
+
   void ExecFor(const Stmt& s, const FramePtr& frame, std::string* out) {
     std::vector<Value> items;
     const Value iterable = Eval(*s.expr, frame);
@@ -167,6 +183,7 @@ class Evaluator {
       if (loop_neighbors_ && i > 0) loop["previtem"] = ToJson(items[i - 1]);
       if (loop_neighbors_ && i + 1 < n) loop["nextitem"] = ToJson(items[i + 1]);
       f->vars["loop"] = Value(std::move(loop));
+      CountStep(s.line, *out);  // an empty body still costs an iteration
       Bind(s.targets, items[i], f.get(), s.line);
       const Flow flow = Exec(s.body, f, out);
       if (flow == Flow::kBreak) break;
@@ -497,6 +514,7 @@ class Evaluator {
 
   const bool loop_neighbors_;
   int loop_depth_ = 0;
+  int64_t steps_ = 0;  // statements and loop iterations so far in this render
   int call_depth_ = 0;
 };
 

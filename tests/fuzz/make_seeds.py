@@ -176,6 +176,23 @@ def main() -> None:
     for name, data in generate_requests().items():
         write("generate_request", name, data)
 
+    # The Hub chat templates the oracle test renders, over a conversation.
+    sys.path.insert(0, str(ROOT / "tests" / "oracle"))
+    import chat_templates_hub as hub  # noqa: PLC0415
+
+    conversation = json.dumps([
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"type": "function", "function": {"name": "get_weather",
+                                                          "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": "18C"},
+        {"role": "user", "content": "Thanks"}])
+    for name in sorted(dir(hub)):
+        source = getattr(hub, name)
+        if name.isupper() and isinstance(source, str) and "{" in source:
+            write("chat_template", name.lower(), bytes([1]) + piece(source) + conversation.encode())
+
 
 if __name__ == "__main__":
     main()

@@ -233,3 +233,19 @@ TEST(JinjaEval, GenerationBlockRendersItsBody) {
 
 }  // namespace
 }  // namespace kvserve::chat::jinja
+
+namespace kvserve::chat::jinja {
+namespace {
+
+// Whatever a (checkpoint-supplied) template does, a render is bounded: nested
+// loops and huge outputs stop with an error naming the line.
+TEST(JinjaLimits, RenderWorkIsBounded) {
+  EXPECT_EQ(R("\n{% for i in range(100000) %}{% for j in range(20) %}{% endfor %}{% endfor %}"),
+            "ERROR line 2: the template ran more than 1,000,000 statements and loop iterations");
+  EXPECT_EQ(R("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}"),
+            "ERROR line 1: the template rendered more than 64 MiB");
+  EXPECT_EQ(R("{% for i in range(3) %}{{ i }}{% endfor %}"), "012");
+}
+
+}  // namespace
+}  // namespace kvserve::chat::jinja
