@@ -1,5 +1,6 @@
 #include "kernels/cpu/kv_quant.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -300,6 +301,12 @@ __attribute__((target("avx2,f16c"))) __m256 HalfToFloat8(const uint8_t* src) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
 }
 
+// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports knows no "f16c").
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
 }  // namespace
 
 void DequantizeKvRow(KvDtype dtype, const uint8_t* src, float s, int dim, float* dst) {
@@ -308,7 +315,7 @@ void DequantizeKvRow(KvDtype dtype, const uint8_t* src, float s, int dim, float*
 
 __attribute__((target("avx2"))) void DequantizeKvRowAvx2(KvDtype dtype, const uint8_t* src, float s,
                                                          int dim, float* dst) {
-  static const bool f16c = __builtin_cpu_supports("f16c");
+  static const bool f16c = HasF16c();
   const __m256 vs = _mm256_set1_ps(s);
   const __m256 fp4_table = _mm256_loadu_ps(kFp4Values.data());
   int d = 0;
