@@ -313,6 +313,20 @@ def write_series(out_dir: Path, samples: list[dict]) -> None:
     log(f"wrote {out_dir / 'soak.png'}")
 
 
+def finish_burst(daemon: kf.Daemon, before: dict, results: list[str], allowed: tuple,
+                 failures: list[str], what: str) -> tuple[bool, dict]:
+    """Checks a burst's outcomes and the daemon's return to baseline, then stops it."""
+    counts = {r: results.count(r) for r in set(results)}
+    unexpected = {k: v for k, v in counts.items() if k not in allowed}
+    if unexpected:
+        failures.append(f"unexpected outcomes {unexpected}")
+    time.sleep(1.0)
+    check_baseline(before, {**proc_sample(daemon.process.pid), **wait_idle(daemon)}, failures, what)
+    if (code := daemon.stop()) != 0:
+        failures.append(f"exit code {code}")
+    return not failures, {"failures": failures, "outcomes": counts}
+
+
 def scenario_streams(args, tmp: Path) -> tuple[bool, dict]:
     daemon = start(args, tmp, "--max_num_seqs=256")
     failures: list[str] = []
@@ -327,18 +341,9 @@ def scenario_streams(args, tmp: Path) -> tuple[bool, dict]:
 
     before = proc_sample(daemon.process.pid)
     results = asyncio.run(main())
-    counts = {r: results.count(r) for r in set(results)}
-    unexpected = {k: v for k, v in counts.items() if k not in ("ok", "RESOURCE_EXHAUSTED")}
-    if unexpected:
-        failures.append(f"unexpected outcomes {unexpected}")
     if len(results) != args.streams:
         failures.append(f"{args.streams - len(results)} streams lost")
-    time.sleep(1.0)
-    check_baseline(before, {**proc_sample(daemon.process.pid), **wait_idle(daemon)}, failures,
-                   "streams")
-    if (code := daemon.stop()) != 0:
-        failures.append(f"exit code {code}")
-    return not failures, {"failures": failures, "outcomes": counts}
+    return finish_burst(daemon, before, results, ("ok", "RESOURCE_EXHAUSTED"), failures, "streams")
 
 
 def scenario_cancels(args, tmp: Path) -> tuple[bool, dict]:
@@ -368,16 +373,8 @@ def scenario_cancels(args, tmp: Path) -> tuple[bool, dict]:
 
     before = proc_sample(daemon.process.pid)
     results = asyncio.run(main())
-    counts = {r: results.count(r) for r in set(results)}
-    bad = {k: v for k, v in counts.items() if k not in ("ok", "cancelled", "RESOURCE_EXHAUSTED")}
-    if bad:
-        failures.append(f"unexpected outcomes {bad}")
-    time.sleep(1.0)
-    check_baseline(before, {**proc_sample(daemon.process.pid), **wait_idle(daemon)}, failures,
-                   "cancels")
-    if (code := daemon.stop()) != 0:
-        failures.append(f"exit code {code}")
-    return not failures, {"failures": failures, "outcomes": counts}
+    return finish_burst(daemon, before, results, ("ok", "cancelled", "RESOURCE_EXHAUSTED"),
+                        failures, "cancels")
 
 
 def scenario_sigterm(args, tmp: Path) -> tuple[bool, dict]:

@@ -229,7 +229,8 @@ class Evaluator {
         throw Error("macro '" + stmt->text + "' takes not more than " +
                     std::to_string(stmt->params.size()) + " argument(s)");
       }
-      for (const auto& [key, value] : args.keyword) {
+      for (const auto& keyword : args.keyword) {
+        const std::string& key = keyword.first;  // a lambda may not capture a structured binding
         const bool known = std::any_of(stmt->params.begin(), stmt->params.end(),
                                        [&](const auto& p) { return p.first == key; });
         if (!known) {
