@@ -75,7 +75,12 @@ cmake --build "$tsan" -j "$jobs" --target scheduler_tests kernels_tests
 reports="$tsan/sanitizer-reports"
 rm -rf "$reports" && mkdir -p "$reports"
 export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=1:second_deadlock_stack=1"
-# Every test of the two binaries (gtest runs them in one process each).
-for t in scheduler_tests kernels_tests; do "$tsan/tests/$t" --gtest_brief=1; done
+# Every test of the two binaries (gtest runs them in one process each), but
+# the engine invariance tests only with the fp32 KV cache: the quantized
+# formats run the same threads through the same pool, 6x slower under TSan.
+quantized='*_bfloat16:*_float16:*_fp8_e4m3:*_int8:*_int4:*_fp4_e2m1'
+for t in scheduler_tests kernels_tests; do
+  "$tsan/tests/$t" --gtest_brief=1 --gtest_filter="-$quantized"
+done
 check_reports "$reports"
 echo "sanitizers: no reports"
