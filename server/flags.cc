@@ -5,9 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "server/server_config.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC API listens on.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address the gRPC API listens on; 0.0.0.0 (or ::) opens it to other hosts "
+          "(the container image does).");
 ABSL_FLAG(int32_t, port, 50051, "gRPC API port; 0 picks a free port (see the ready line).");
-ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address of the Prometheus /metrics endpoint.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "Address of the Prometheus /metrics endpoint (no auth, no TLS); 0.0.0.0 opens it to "
+          "other hosts (the container image does).");
 ABSL_FLAG(int32_t, metrics_port, 9400, "Prometheus /metrics port; 0 picks a free port.");
 ABSL_FLAG(std::string, model, "builtin:tiny",
           "builtin:tiny, builtin:small, builtin:llama3-8b (CUDA only), or a Hugging Face "
