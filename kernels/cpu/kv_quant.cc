@@ -10,6 +10,8 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/half_float.h"
+
 namespace kvserve::kernels {
 namespace {
 
@@ -139,7 +141,6 @@ uint16_t FloatToBf16(float x) {
   return static_cast<uint16_t>(b >> 16);
 }
 
-float Bf16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 uint16_t FloatToHalf(float x) {
   uint32_t b = std::bit_cast<uint32_t>(x);
@@ -156,17 +157,6 @@ uint16_t FloatToHalf(float x) {
   // to nearest even; a carry moves into the exponent as it should.
   b += 0xc8000fffu + ((b >> 13) & 1);
   return sign | static_cast<uint16_t>(b >> 13);
-}
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t e = (h >> 10) & 31, m = h & 0x3ff;
-  if (e == 0) {
-    const float v = static_cast<float>(m) * 0x1p-24f;  // exact
-    return sign != 0 ? -v : v;
-  }
-  if (e == 31) return std::bit_cast<float>(sign | 0x7f800000 | (m << 13));
-  return std::bit_cast<float>(sign | ((e + 112) << 23) | (m << 13));
 }
 
 uint8_t FloatToFp8E4m3(float x) {
@@ -243,7 +233,7 @@ void DequantizeTail(KvDtype dtype, const uint8_t* src, float s, int begin, int d
       for (int d = begin; d < dim; ++d) {
         uint16_t h;
         std::memcpy(&h, src + 2 * d, 2);
-        dst[d] = dtype == KvDtype::kBfloat16 ? Bf16ToFloat(h) : HalfToFloat(h);
+        dst[d] = dtype == KvDtype::kBfloat16 ? BF16ToF32(h) : F16ToF32(h);
       }
       return;
     case KvDtype::kFp8E4m3: {
@@ -330,7 +320,7 @@ __attribute__((target("avx2"))) void DequantizeKvRowAvx2(KvDtype dtype, const ui
       }
       break;
     case KvDtype::kFloat16:
-      // Exact conversion, as HalfToFloat (NaN stays NaN; its payload may differ).
+      // Exact conversion, as F16ToF32 (NaN stays NaN; its payload may differ).
       for (; f16c && d + 8 <= dim; d += 8) _mm256_storeu_ps(dst + d, HalfToFloat8(src + 2 * d));
       break;
     case KvDtype::kFp8E4m3:

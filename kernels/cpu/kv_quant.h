@@ -29,6 +29,8 @@
 #include <optional>
 #include <string_view>
 
+#include "kernels/cpu/half_float.h"
+
 namespace kvserve::kernels {
 
 enum class KvDtype : uint8_t { kFloat32, kBfloat16, kFloat16, kFp8E4m3, kInt8, kInt4, kFp4E2m1 };
@@ -60,9 +62,9 @@ void DequantizeKvRowAvx2(KvDtype dtype, const uint8_t* src, float scale, int dim
 
 // Scalar codecs, exposed for tests.
 uint16_t FloatToBf16(float x);
-float Bf16ToFloat(uint16_t h);
+inline float Bf16ToFloat(uint16_t h) { return BF16ToF32(h); }  // half_float.h
 uint16_t FloatToHalf(float x);
-float HalfToFloat(uint16_t h);
+inline float HalfToFloat(uint16_t h) { return F16ToF32(h); }
 uint8_t FloatToFp8E4m3(float x);  // |x| beyond 448 saturates to 448; NaN -> 0x7f
 float Fp8E4m3ToFloat(uint8_t code);
 uint8_t FloatToFp4E2m1(float x);  // |x| beyond 6 saturates to 6; NaN -> 0
