@@ -49,12 +49,12 @@ void Poke(const std::string& host, int port) {
 // answered while clients hold connections open or send headers slowly
 // (bench/soak: `metrics` scenario). A scrape sends its request at once.
 std::vector<std::string> CivetwebOptions(const std::string& host, int port) {
-  return {"listening_ports", absl::StrCat(host, ":", port),
-          "num_threads", "64",
-          "request_timeout_ms", "1000",
+  return {"listening_ports",       absl::StrCat(host, ":", port),
+          "num_threads",           "64",
+          "request_timeout_ms",    "1000",
           "keep_alive_timeout_ms", "2000",
-          "connection_queue", "1024",
-          "listen_backlog", "1024"};
+          "connection_queue",      "1024",
+          "listen_backlog",        "1024"};
 }
 
 }  // namespace

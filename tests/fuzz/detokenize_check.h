@@ -12,8 +12,8 @@
 
 namespace kvserve::fuzz {
 
-inline void CheckIncrementalDecode(const engine::Tokenizer& tokenizer,
-                                   std::span<const int32_t> ids, bool skip_special) {
+inline void CheckIncrementalDecode(const engine::Tokenizer& tokenizer, std::span<const int32_t> ids,
+                                   bool skip_special) {
   engine::IncrementalDetokenizer detok(tokenizer, skip_special);
   std::string streamed;
   auto take = [&](const std::string& chunk) {

@@ -33,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::vector<int32_t> ids;
   for (size_t i = 0; i + 1 < id_bytes.size(); i += 2) {
-    const int32_t raw = static_cast<uint8_t>(id_bytes[i]) | (static_cast<uint8_t>(id_bytes[i + 1]) << 8);
+    const int32_t raw =
+        static_cast<uint8_t>(id_bytes[i]) | (static_cast<uint8_t>(id_bytes[i + 1]) << 8);
     ids.push_back(raw % tokenizer->vocab_size());
   }
   kvserve::fuzz::CheckIncrementalDecode(*tokenizer, ids, skip_special);

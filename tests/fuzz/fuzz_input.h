@@ -51,7 +51,7 @@ class FuzzInput {
 
 }  // namespace kvserve::fuzz
 
-#define KVSERVE_FUZZ_CHECK(cond, detail) \
-  do {                                   \
+#define KVSERVE_FUZZ_CHECK(cond, detail)                         \
+  do {                                                           \
     if (!(cond)) ::kvserve::fuzz::PropertyFailed(#cond, detail); \
   } while (0)

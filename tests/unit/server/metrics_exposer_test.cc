@@ -44,7 +44,12 @@ std::string Scrape(int port) {
 
 TEST(MetricsExposer, ServesThenReleasesItsPort) {
   auto registry = std::make_shared<prometheus::Registry>();
-  prometheus::BuildCounter().Name("kvserve_test_total").Help("test").Register(*registry).Add({}).Increment(3);
+  prometheus::BuildCounter()
+      .Name("kvserve_test_total")
+      .Help("test")
+      .Register(*registry)
+      .Add({})
+      .Increment(3);
   auto exposer = MetricsExposer::Start("127.0.0.1", 0);
   ASSERT_TRUE(exposer.ok()) << exposer.status();
   const int port = (*exposer)->port();
