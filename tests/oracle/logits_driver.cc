@@ -6,12 +6,14 @@
 //                                  "greedy_tokens": 32,
 //                                  "block_size": 16, "chunk": 64,
 //                                  "backend": "cpu" | "cuda", "dtype": "auto",
-//                                  "max_model_len": 0}
+//                                  "max_model_len": 0,
+//                                  "kv_cache_dtype": "auto" (cpu: engine/kv_cache.h)}
 //   > {"prompt_logits": [[...], ...], "greedy": [ids], "prompt_ids": [ids]}
 #include <algorithm>
 #include <functional>
 #include <iostream>
 
+#include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "nlohmann/json.hpp"
@@ -65,9 +67,11 @@ int main(int argc, char** argv) {
   std::unique_ptr<kvserve::engine::CudaModelRunner> cuda_runner;
 #endif
   if (backend == "cpu") {
+    auto kv_dtype = kvserve::engine::ParseKvCacheDtype(request.value("kv_cache_dtype", "auto"));
+    if (!kv_dtype.ok()) return Fail(std::string(kv_dtype.status().message()));
     cpu_runner = std::make_unique<kvserve::engine::ModelRunner>(
-        **model,
-        kvserve::engine::RunnerOptions{.num_blocks = num_blocks, .block_size = block_size});
+        **model, kvserve::engine::RunnerOptions{
+                     .num_blocks = num_blocks, .block_size = block_size, .kv_cache_dtype = *kv_dtype});
     run_step = [&](const StepInput& in) { return cpu_runner->Step(in); };
   } else if (backend == "cuda") {
 #if KVSERVE_HAVE_CUDA
