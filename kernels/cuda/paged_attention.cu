@@ -2,7 +2,9 @@
 //
 // Dispatch rule (one kernel per call, decided on the host from the params):
 //   * batch_invariant, or fp32 storage, or max_query_len <= 1 (a decode-only
-//     batch): PagedAttentionSplitKv for every token. It handles any token, so
+//     batch), or a KV cache in another format than the activations' dtype
+//     (fp8/int8/int4/fp4, or the other 16-bit type): PagedAttentionSplitKv
+//     for every token. It handles any token, so
 //     in batch-invariant mode a sequence's output does not depend on how its
 //     prompt was chunked or what else is in the batch.
 //   * head dims 16 and 32 (small test models): split-KV, which has them;
@@ -34,9 +36,9 @@ bool PrefillHeadDim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 ||
 }  // namespace
 
 bool PagedAttentionUsesSplitKv(ElemType dtype, int head_dim, int max_query_len,
-                               bool batch_invariant) {
+                               bool batch_invariant, std::optional<KvDtype> kv_dtype) {
   return batch_invariant || dtype == ElemType::kF32 || max_query_len <= 1 ||
-         !PrefillHeadDim(head_dim);
+         !PrefillHeadDim(head_dim) || ResolveKvDtype(dtype, kv_dtype) != KvDtypeOf(dtype);
 }
 
 cudaError_t PagedAttention(const CudaPagedAttentionParams& p, cudaStream_t stream) {
@@ -49,7 +51,7 @@ cudaError_t PagedAttention(const CudaPagedAttentionParams& p, cudaStream_t strea
   if (p.dtype != ElemType::kF32 && p.dtype != ElemType::kF16 && p.dtype != ElemType::kBF16) {
     return cudaErrorInvalidValue;
   }
-  return PagedAttentionUsesSplitKv(p.dtype, d, p.max_query_len, p.batch_invariant)
+  return PagedAttentionUsesSplitKv(p.dtype, d, p.max_query_len, p.batch_invariant, p.kv_dtype)
              ? PagedAttentionSplitKv(p, stream)
              : PagedAttentionPrefill(p, stream);
 }
