@@ -19,9 +19,25 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
+// Exact widening to fp32 with the bits the CPU's (kernels/cpu/half_float.h)
+// gives, NaN payloads included (the bf16/fp16 encoders keep them).
 __device__ __forceinline__ float Widen(float x) { return x; }
-__device__ __forceinline__ float Widen(__half x) { return __half2float(x); }
-__device__ __forceinline__ float Widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float Widen(__nv_bfloat16 x) {
+  return __uint_as_float(static_cast<uint32_t>(__bfloat16_as_ushort(x)) << 16);
+}
+__device__ __forceinline__ float Widen(__half x) {
+  const uint32_t h = __half_as_ushort(x);
+  const uint32_t sign = (h & 0x8000u) << 16, mag = h & 0x7fffu;
+  uint32_t bits;
+  if (mag >= 0x7c00u) {
+    bits = (mag << 13) | 0x7f800000u;  // inf / NaN, payload shifted
+  } else if (mag >= 0x0400u) {
+    bits = (mag << 13) + ((127u - 15u) << 23);
+  } else {
+    bits = __float_as_uint(static_cast<float>(mag) * 0x1p-24f);  // exact
+  }
+  return __uint_as_float(sign | bits);
+}
 
 // max(a, b) that keeps NaN (fmaxf drops it), as the CPU's AbsMax.
 __device__ __forceinline__ float MaxKeepNan(float a, float b) {
