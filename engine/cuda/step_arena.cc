@@ -160,7 +160,7 @@ StepShape StepShape::Worst(const ModelConfig& c, const CudaRunnerOptions& o,
   // first step with a penalty would regrow the whole arena.
   s.num_penalty_tokens = s.num_logits * o.max_model_len;
   // Where chunks longer than one token also go through split-KV (fp32, small
-  // head dims, batch-invariant mode, a KV format other than the dtype's): the whole token budget at
+  // head dims, batch-invariant mode, an fp32 KV cache): the whole token budget at
   // full length; else decode-only steps of max_num_seqs tokens at full length.
   const bool chunks_use_split_kv = kernels::cuda::PagedAttentionUsesSplitKv(
       dtype, static_cast<int>(c.head_dim), /*max_query_len=*/2, o.batch_invariant, KvFormat(o));

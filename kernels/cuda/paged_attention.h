@@ -17,11 +17,13 @@
 //    the splits of a token in increasing split order. Used for decode tokens,
 //    and for every token in batch-invariant mode.
 //  * prefill (FlashAttention-2 style, tensor cores via mma.sync, fp16/bf16
-//    only): one CTA per (kv head, sequence, tile of 128 rows), a row being one
-//    (token, query head) pair of the GQA group, so K/V tiles are loaded once
-//    per group (64 rows for head dim 256); online softmax over 64-key tiles of
-//    the sequence's pages, double-buffered with cp.async; used for every
-//    token of a call in which some query chunk is longer than one token.
+//    activations only; a KV cache in another format than theirs (the other
+//    16-bit type, fp8/int8/int4/fp4) is decoded by the tile loader, through
+//    registers, into the shared memory tiles in the activations' type): one CTA per (kv head,
+//    sequence, tile of 128 rows), a row being one (token, query head) pair of the GQA group, so K/V
+//    tiles are loaded once per group (64 rows for head dim 256); online softmax over 64-key tiles
+//    of the sequence's pages, double-buffered with cp.async; used for every token of a call in
+//    which some query chunk is longer than one token.
 //
 // Batch invariance: in the split-KV kernel a token's result depends only on
 // its own q and keys (the splits are fixed by absolute position and merged in
@@ -98,8 +100,9 @@ struct CudaPagedAttentionParams {
 // The dispatcher's rule: whether PagedAttention sends a call with these
 // properties through split-KV (every token) rather than the prefill kernel.
 // Callers size the workspace with it (only split-KV uses one).
-// A cache in another format than `dtype` (kv_dtype set and different) goes
-// through split-KV too: the prefill kernel reads only the activations' dtype.
+// An fp32 KV cache goes through split-KV too; the prefill kernel reads 16-bit
+// rows and the scaled formats (decoded to the activations' type in its tile
+// loader).
 bool PagedAttentionUsesSplitKv(ElemType dtype, int head_dim, int max_query_len,
                                bool batch_invariant,
                                std::optional<KvDtype> kv_dtype = std::nullopt);

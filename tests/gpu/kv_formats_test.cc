@@ -9,6 +9,7 @@
 //    prefill) on a cache encoded by the CPU encoder, against the CPU's
 //    kernels::PagedAttention on the same bytes; contexts 1, 54, 97, 4000 and
 //    13 more, shuffled block tables, every unowned row 0xFF with NaN scales.
+//  * The tensor-core prefill kernel per format (its tile loader decodes).
 //  * Batch invariance per format: a token's output bits are the same alone
 //    as in the batch (the split-KV kernel's fixed reduction order).
 #include <cuda_runtime_api.h>
@@ -371,11 +372,13 @@ class World {
     return out;
   }
 
-  std::vector<uint8_t> Run(const kc::CudaPagedAttentionParams& p, bool dispatcher) const {
+  std::vector<uint8_t> Run(const kc::CudaPagedAttentionParams& p, bool dispatcher,
+                           bool prefill = false) const {
     PoisonNaN(d_out_);
     PoisonNaN(d_ws_);
-    const cudaError_t err =
-        dispatcher ? kc::PagedAttention(p, nullptr) : kc::PagedAttentionSplitKv(p, nullptr);
+    const cudaError_t err = prefill      ? kc::PagedAttentionPrefill(p, nullptr)
+                            : dispatcher ? kc::PagedAttention(p, nullptr)
+                                         : kc::PagedAttentionSplitKv(p, nullptr);
     EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
     const cudaError_t sync = cudaDeviceSynchronize();
     EXPECT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
@@ -472,9 +475,10 @@ INSTANTIATE_TEST_SUITE_P(All, KvFormatAttention,
                                   std::to_string(std::get<4>(info.param));
                          });
 
-// Chunked prefill with a sliding window through the dispatcher: a quantized
-// cache goes to split-KV for every token (paged_attention.h), so chunks,
-// windows and decode tokens share one kernel and match the CPU.
+// Chunked prefill with a sliding window through the dispatcher: with bf16
+// activations every format goes to the tensor-core prefill kernel, whose tile
+// loader decodes the rows (rounding them to bf16 for the MMA, an error of
+// the order of the P rounding the kernel already has: within bf16's bound).
 TEST(KvFormatAttention, DispatcherChunksAndWindow) {
   for (KvDtype format : kFormats) {
     for (int window : {0, 100}) {
@@ -489,13 +493,48 @@ TEST(KvFormatAttention, DispatcherChunksAndWindow) {
       c.lens = {54, 97, 700, 1, 4000};
       c.chunks = {54, 13, 200, 1, 64};
       World w(c, 99 + window);
-      // bf16 on bf16 activations is the native cache: tensor-core prefill.
-      EXPECT_EQ(kc::PagedAttentionUsesSplitKv(c.dtype, c.head_dim, 200, false, format),
-                format != KvDtype::kBfloat16);
+      EXPECT_FALSE(kc::PagedAttentionUsesSplitKv(c.dtype, c.head_dim, 200, false, format));
       ExpectMatchesCpu(w, ToFloats(c.dtype, w.Run(w.Params(), /*dispatcher=*/true)));
     }
   }
 }
+
+// The tensor-core prefill kernel on its own, per format, 16-bit activations
+// and head dim, chunks of 1 to 200 tokens and a sliding window. Scaled
+// formats enter the MMAs as exact codes with the scales applied in fp32, so
+// the bound is the native 16-bit caches' (the P and output roundings); the
+// fp16 cache under bf16 activations adds a 2^-9 rounding of each element,
+// about 1e-3 of the output at these magnitudes (within the bf16 bound).
+using PrefillParam = std::tuple<KvDtype, ElemType, int>;  // format, dtype, head dim
+class KvFormatPrefill : public ::testing::TestWithParam<PrefillParam> {};
+
+TEST_P(KvFormatPrefill, MatchesCpu) {
+  const auto [format, dtype, dim] = GetParam();
+  for (int window : {0, 100}) {
+    Case c;
+    c.format = format;
+    c.dtype = dtype;
+    c.num_heads = 12;
+    c.num_kv_heads = 3;
+    c.head_dim = dim;
+    c.block_size = 16;
+    c.sliding_window = window;
+    c.lens = {54, 97, 700, 1, 4000, 129};
+    c.chunks = {54, 13, 200, 1, 64, 128};
+    World w(c, 7 * dim + window);
+    ExpectMatchesCpu(w, ToFloats(dtype, w.Run(w.Params(), false, /*prefill=*/true)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KvFormatPrefill,
+                         ::testing::Combine(::testing::ValuesIn(kFormats),
+                                            ::testing::Values(ElemType::kBF16, ElemType::kF16),
+                                            ::testing::Values(64, 80, 128, 256)),
+                         [](const ::testing::TestParamInfo<PrefillParam>& info) {
+                           return Name(std::get<0>(info.param)) + "_" +
+                                  kc::ElemName(std::get<1>(info.param)) + "_d" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
 
 // Batch invariance per format: each token run alone gives the bits it gets
 // in the 17-sequence batch.
