@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model.h"
 #include "engine/step_input.h"
+#include "kernels/cpu/kv_quant.h"
 
 namespace kvserve::engine {
 
@@ -36,6 +37,13 @@ struct CudaRunnerOptions {
   // the dtype of its embedding table; builtin:llama3-8b is bf16, the other
   // builtins fp32), "float32", "bfloat16" or "float16".
   std::string dtype = "auto";
+  // KV cache format (--kv_cache_dtype; kernels/cpu/kv_quant.h encodings,
+  // engine/kv_cache.h layout). kFloat32 is "auto": the cache in `dtype`, as
+  // before the formats existed (on the CPU, auto is fp32). bfloat16/float16
+  // store that 16-bit type whatever `dtype` is; the scaled formats add one
+  // fp32 scale per (token, kv head) row. The pool's size in blocks follows
+  // from gpu_memory_fraction over KvCacheShape::bytes_per_block.
+  kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kFloat32;
   bool batch_invariant = false;
   // Bounds of one step, for sizing scratch up front (a larger step is
   // InvalidArgument): the scheduler's token budget and sequence cap.
@@ -65,7 +73,7 @@ class DeviceRunner {
   virtual absl::Status FillKvBlocks(const std::vector<int32_t>& block_ids, float value) = 0;
 };
 
-inline constexpr int kCudaBackendAbiVersion = 1;
+inline constexpr int kCudaBackendAbiVersion = 2;  // 2: CudaRunnerOptions::kv_cache_dtype
 inline constexpr char kCudaBackendSymbol[] = "kvserve_cuda_backend_api";
 
 struct CudaBackendApi {

@@ -69,14 +69,11 @@ class CudaStepRunner final : public scheduler::StepRunner {
 };
 
 absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::CudaBackendApi& api) {
-  if (c.kv_cache_dtype != "auto") {  // --backend=auto chose CUDA
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--kv_cache_dtype=", c.kv_cache_dtype,
-        ": the cuda backend has only the auto KV cache (its quantized kernels do not exist "
-        "yet); use --kv_cache_dtype=auto or --backend=cpu"));
-  }
+  auto kv_dtype = engine::ParseKvCacheDtype(c.kv_cache_dtype);
+  if (!kv_dtype.ok()) return WithFlag("kv_cache_dtype", c.kv_cache_dtype, kv_dtype.status());
   Backend b;
   b.name = "cuda";
+  b.kv_cache_dtype = *kv_dtype;
   // The device gets the weights; no fp32 host copy.
   auto model = engine::LoadModel(
       c.model,
@@ -93,6 +90,7 @@ absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::Cud
           .num_blocks = c.num_kv_blocks,
           .gpu_memory_fraction = c.gpu_memory_fraction,
           .dtype = c.dtype,
+          .kv_cache_dtype = *kv_dtype,
           .batch_invariant = c.batch_invariant,
           .max_num_tokens = c.max_num_batched_tokens,
           .max_num_seqs = c.max_num_seqs,

@@ -25,10 +25,11 @@ ABSL_FLAG(int32_t, num_kv_blocks, 0,
 ABSL_FLAG(int64_t, kv_cache_memory_mb, 256,
           "cpu backend: KV cache memory in MiB, used when --num_kv_blocks is 0.");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
-          "cpu backend: KV cache format: auto (fp32), bfloat16, float16, fp8_e4m3, int8, int4 or "
-          "fp4_e2m1; the scaled ones (fp8, int8, int4, fp4) keep one fp32 scale per token and kv "
-          "head. The pool holds --kv_cache_memory_mb / bytes per block blocks, so the smaller "
-          "formats hold more tokens. The cuda backend takes only auto.");
+          "KV cache format: auto, bfloat16, float16, fp8_e4m3, int8, int4 or fp4_e2m1; the "
+          "scaled ones (fp8, int8, int4, fp4) keep one fp32 scale per token and kv head. auto is "
+          "fp32 on the cpu backend and the --dtype of the model on cuda. The pool holds its memory "
+          "(--kv_cache_memory_mb on cpu, --gpu_memory_fraction on cuda) / bytes per block blocks, "
+          "so the smaller formats hold more tokens.");
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "cuda backend: fraction of the GPU's memory kvserve may use (weights, KV cache, "
           "scratch); the KV cache gets what is left, when --num_kv_blocks is 0.");

@@ -62,11 +62,6 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   if (auto dtype = engine::ParseKvCacheDtype(c.kv_cache_dtype); !dtype.ok()) {
     return Bad("kv_cache_dtype", std::string(dtype.status().message()));
   }
-  if (c.backend == "cuda" && c.kv_cache_dtype != "auto") {
-    return Bad("kv_cache_dtype", absl::StrCat("the cuda backend has only the auto KV cache (its "
-                                              "quantized kernels do not exist yet), got \"",
-                                              c.kv_cache_dtype, "\"; use --backend=cpu"));
-  }
   if (c.generation_config != "auto" && c.generation_config != "none") {
     return Bad("generation_config",
                absl::StrCat("must be auto or none, got \"", c.generation_config, "\""));

@@ -13,6 +13,7 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/step_arena.h"
+#include "engine/kv_cache.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/paged_attention.h"
@@ -26,6 +27,7 @@ using cuda::DeviceBuffer;
 using cuda::PinnedBuffer;
 using cuda::StepArena;
 using cuda::StepShape;
+using kernels::KvDtype;
 using kernels::cuda::ElemSize;
 using kernels::cuda::ElemType;
 
@@ -36,6 +38,11 @@ constexpr size_t kReserveBytes = size_t{512} << 20;
 // A pool sized from memory holds at most this many blocks: small models would
 // otherwise get millions, and the scheduler's host bookkeeping grows with them.
 constexpr int64_t kMaxAutoBlocks = int64_t{1} << 20;
+// Each layer's K data, V data, K scales and V scales start on this boundary
+// in the pool's one allocation (the attention kernels load 16-byte chunks).
+constexpr int64_t kKvRegionAlign = 256;
+
+int64_t AlignUp(int64_t x) { return (x + kKvRegionAlign - 1) / kKvRegionAlign * kKvRegionAlign; }
 
 absl::StatusOr<ElemType> ParseDtype(const std::string& name) {
   if (name == "float32") return ElemType::kF32;
@@ -90,8 +97,14 @@ struct CudaModelRunner::Impl {
   cuda::DeviceWeights weights;
   DeviceBuffer inv_freq;        // [rotary_dim / 2] fp32
   DeviceBuffer local_inv_freq;  // Gemma 3 sliding layers' rope; empty otherwise
-  DeviceBuffer kv;        // every layer's K then V, engine/kv_cache.h layout
+  // The cache's row format: options.kv_cache_dtype, "auto" resolved to the
+  // serving dtype's (so bf16 serving keeps today's bf16 cache).
+  KvDtype kv_format = KvDtype::kFloat32;
+  // Per layer: K rows, V rows (engine/kv_cache.h layout, kv_format rows),
+  // then the K and V row scales for the scaled formats; each region aligned.
+  DeviceBuffer kv;
   std::vector<void*> k_cache, v_cache;
+  std::vector<float*> k_scales, v_scales;  // nullptr for the unscaled formats
   int64_t num_blocks = 0;
   int64_t kv_bytes = 0;
   kernels::cuda::CublasLtContext cublas;
@@ -108,6 +121,16 @@ struct CudaModelRunner::Impl {
 
   int64_t ElementsPerBlock() const {
     return model.config.num_kv_heads * options.block_size * model.config.head_dim;
+  }
+  // One block of every layer in kv_format: the CPU's KvCacheShape, so both
+  // backends count the same bytes (scales included).
+  KvCacheShape Shape(int64_t blocks) const {
+    return KvCacheShape{.num_layers = model.config.num_layers,
+                        .num_blocks = blocks,
+                        .num_kv_heads = model.config.num_kv_heads,
+                        .block_size = options.block_size,
+                        .head_dim = model.config.head_dim,
+                        .dtype = kv_format};
   }
 
   absl::Status Init();
@@ -129,6 +152,8 @@ absl::Status CudaModelRunner::Impl::Init() {
   auto dt = ServingDtype(model, options.dtype);
   if (!dt.ok()) return dt.status();
   dtype = *dt;
+  kv_format = options.kv_cache_dtype == KvDtype::kFloat32 ? kernels::cuda::KvDtypeOf(dtype)
+                                                          : options.kv_cache_dtype;
 
   KVSERVE_RETURN_IF_CUDA_ERROR(cudaSetDevice(options.device),
                                absl::StrCat("selecting device ", options.device));
@@ -162,10 +187,9 @@ absl::Status CudaModelRunner::Impl::Init() {
     auto local = DeviceBuffer::Allocate(model.local_rope_inv_freq.size() * sizeof(float), "rope");
     if (!local.ok()) return local.status();
     local_inv_freq = std::move(*local);
-    KVSERVE_RETURN_IF_CUDA_ERROR(
-        cudaMemcpy(local_inv_freq.get(), model.local_rope_inv_freq.data(), local_inv_freq.bytes(),
-                   cudaMemcpyHostToDevice),
-        "uploading the local rope frequencies");
+    KVSERVE_RETURN_IF_CUDA_ERROR(cudaMemcpy(local_inv_freq.get(), model.local_rope_inv_freq.data(),
+                                            local_inv_freq.bytes(), cudaMemcpyHostToDevice),
+                                 "uploading the local rope frequencies");
   }
 
   if (cublasStatus_t st = cublasLtCreate(&cublas.handle); st != CUBLAS_STATUS_SUCCESS) {
@@ -187,8 +211,9 @@ absl::Status CudaModelRunner::Impl::Init() {
 
 absl::Status CudaModelRunner::Impl::SizeKvPool() {
   const ModelConfig& c = model.config;
-  const int64_t block_bytes =
-      2 * c.num_layers * ElementsPerBlock() * static_cast<int64_t>(ElemSize(dtype));
+  const int64_t block_bytes = Shape(1).bytes_per_block();
+  // Alignment padding between the 2 or 4 regions of each layer, at most.
+  const int64_t padding = 4 * c.num_layers * kKvRegionAlign;
   num_blocks = options.num_blocks;
   if (num_blocks <= 0) {
     size_t free_bytes = 0, total_bytes = 0;
@@ -197,7 +222,7 @@ absl::Status CudaModelRunner::Impl::SizeKvPool() {
     // is already in use on the device (ours and anyone else's), minus a reserve.
     const double allowed = options.gpu_memory_fraction * static_cast<double>(total_bytes) -
                            static_cast<double>(total_bytes - free_bytes) -
-                           static_cast<double>(kReserveBytes);
+                           static_cast<double>(kReserveBytes + padding);
     num_blocks = allowed > 0 ? static_cast<int64_t>(allowed / static_cast<double>(block_bytes)) : 0;
     num_blocks = std::min(num_blocks, kMaxAutoBlocks);
     if (num_blocks < 2) {
@@ -207,14 +232,24 @@ absl::Status CudaModelRunner::Impl::SizeKvPool() {
                        options.gpu_memory_fraction));
     }
   }
-  kv_bytes = num_blocks * block_bytes;
+  const KvCacheShape shape = Shape(num_blocks);
+  const int64_t rows = num_blocks * shape.rows_per_block();
+  const int64_t data_bytes = AlignUp(rows * shape.row_bytes());
+  const bool scaled = kernels::KvHasScale(kv_format);
+  const int64_t scale_bytes = scaled ? AlignUp(rows * int64_t{sizeof(float)}) : 0;
+  const int64_t layer_bytes = 2 * data_bytes + 2 * scale_bytes;
+  kv_bytes = c.num_layers * layer_bytes;
   auto kv_buffer = DeviceBuffer::Allocate(kv_bytes, "the KV cache");
   if (!kv_buffer.ok()) return kv_buffer.status();
   kv = std::move(*kv_buffer);
-  const int64_t per_cache = num_blocks * ElementsPerBlock();
+  auto* base = static_cast<char*>(kv.get());
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    k_cache.push_back(At(kv.get(), (2 * layer) * per_cache, dtype));
-    v_cache.push_back(At(kv.get(), (2 * layer + 1) * per_cache, dtype));
+    char* l = base + layer * layer_bytes;
+    k_cache.push_back(l);
+    v_cache.push_back(l + data_bytes);
+    k_scales.push_back(scaled ? reinterpret_cast<float*>(l + 2 * data_bytes) : nullptr);
+    v_scales.push_back(scaled ? reinterpret_cast<float*>(l + 2 * data_bytes + scale_bytes)
+                              : nullptr);
   }
   return absl::OkStatus();
 }
@@ -357,14 +392,12 @@ absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& sha
     return s;
   }
   if (c.qk_norm) {  // Qwen3, Gemma 3: per-head norms before RoPE
-    KVSERVE_RETURN_IF_CUDA_ERROR(
-        kernels::cuda::HeadRmsNorm(q, dtype, qkv_width, n, c.num_heads, lw.q_norm, d, eps,
-                                   norm_offset, stream),
-        "q norm");
-    KVSERVE_RETURN_IF_CUDA_ERROR(
-        kernels::cuda::HeadRmsNorm(k, dtype, qkv_width, n, c.num_kv_heads, lw.k_norm, d, eps,
-                                   norm_offset, stream),
-        "k norm");
+    KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::HeadRmsNorm(q, dtype, qkv_width, n, c.num_heads,
+                                                            lw.q_norm, d, eps, norm_offset, stream),
+                                 "q norm");
+    KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::HeadRmsNorm(k, dtype, qkv_width, n, c.num_kv_heads,
+                                                            lw.k_norm, d, eps, norm_offset, stream),
+                                 "k norm");
   }
   const bool local_rope = c.LayerUsesLocalRope(layer);
   KVSERVE_RETURN_IF_CUDA_ERROR(
@@ -375,7 +408,8 @@ absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& sha
            .q_stride = qkv_width,
            .k_stride = qkv_width,
            .positions = b.positions,
-           .inv_freq = static_cast<const float*>(local_rope ? local_inv_freq.get() : inv_freq.get()),
+           .inv_freq =
+               static_cast<const float*>(local_rope ? local_inv_freq.get() : inv_freq.get()),
            .attention_scaling = local_rope ? 1.0f : model.rope_attention_scaling,
            .num_tokens = static_cast<int>(n),
            .num_heads = static_cast<int>(c.num_heads),
@@ -391,6 +425,9 @@ absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& sha
                                    .src_stride = qkv_width,
                                    .k_cache = k_cache[layer],
                                    .v_cache = v_cache[layer],
+                                   .kv_dtype = kv_format,
+                                   .k_scales = k_scales[layer],
+                                   .v_scales = v_scales[layer],
                                    .slot_mapping = b.slot_mapping,
                                    .num_tokens = static_cast<int>(n),
                                    .num_kv_heads = static_cast<int>(c.num_kv_heads),
@@ -398,35 +435,37 @@ absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& sha
                                    .block_size = static_cast<int>(options.block_size)},
                                   stream),
       "kv cache write");
-  KVSERVE_RETURN_IF_CUDA_ERROR(
-      kernels::cuda::PagedAttention(
-          {.dtype = dtype,
-           .q = q,
-           .q_stride = qkv_width,
-           .out = b.attn,
-           .k_cache = k_cache[layer],
-           .v_cache = v_cache[layer],
-           .num_tokens = static_cast<int>(n),
-           .num_heads = static_cast<int>(c.num_heads),
-           .num_kv_heads = static_cast<int>(c.num_kv_heads),
-           .head_dim = static_cast<int>(d),
-           .block_size = static_cast<int>(options.block_size),
-           .num_seqs = shape.num_seqs,
-           .token_seq = b.token_seq,
-           .token_pos = b.positions,
-           .query_start = b.query_start,
-           .block_table_start = b.block_table_start,
-           .block_ids = b.block_ids,
-           .max_query_len = shape.max_query_len,
-           .max_seq_len = shape.max_seq_len,
-           .scale = c.AttentionScale(),
-           .sliding_window = static_cast<int>(c.LayerSlidingWindow(layer)),
-           .softcap = static_cast<float>(c.attn_logit_softcapping),
-           .batch_invariant = options.batch_invariant,
-           .workspace = b.attention_workspace,
-           .workspace_bytes = b.attention_workspace_bytes},
-          stream),
-      "paged attention");
+  KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::PagedAttention(
+                                   {.dtype = dtype,
+                                    .q = q,
+                                    .q_stride = qkv_width,
+                                    .out = b.attn,
+                                    .k_cache = k_cache[layer],
+                                    .v_cache = v_cache[layer],
+                                    .kv_dtype = kv_format,
+                                    .k_scales = k_scales[layer],
+                                    .v_scales = v_scales[layer],
+                                    .num_tokens = static_cast<int>(n),
+                                    .num_heads = static_cast<int>(c.num_heads),
+                                    .num_kv_heads = static_cast<int>(c.num_kv_heads),
+                                    .head_dim = static_cast<int>(d),
+                                    .block_size = static_cast<int>(options.block_size),
+                                    .num_seqs = shape.num_seqs,
+                                    .token_seq = b.token_seq,
+                                    .token_pos = b.positions,
+                                    .query_start = b.query_start,
+                                    .block_table_start = b.block_table_start,
+                                    .block_ids = b.block_ids,
+                                    .max_query_len = shape.max_query_len,
+                                    .max_seq_len = shape.max_seq_len,
+                                    .scale = c.AttentionScale(),
+                                    .sliding_window = static_cast<int>(c.LayerSlidingWindow(layer)),
+                                    .softcap = static_cast<float>(c.attn_logit_softcapping),
+                                    .batch_invariant = options.batch_invariant,
+                                    .workspace = b.attention_workspace,
+                                    .workspace_bytes = b.attention_workspace_bytes},
+                                   stream),
+                               "paged attention");
   if (absl::Status s =
           Linear(b.attn, n, lw.o_proj, lw.o_proj_bias, hidden, q_width, b.proj, dtype, "o_proj");
       !s.ok()) {
@@ -514,20 +553,54 @@ int64_t CudaModelRunner::streamed_weight_bytes() const { return impl_->weights.s
 absl::Status CudaModelRunner::FillKvBlocks(const std::vector<int32_t>& block_ids, float value) {
   Impl& m = *impl_;
   KVSERVE_RETURN_IF_CUDA_ERROR(cudaSetDevice(m.options.device), "selecting the device");
-  const int64_t per_block = m.ElementsPerBlock();
   for (int32_t block : block_ids) {
     if (block < 0 || block >= m.num_blocks) {
       return absl::InvalidArgumentError(absl::StrCat("block ", block, " outside the cache"));
     }
+  }
+  if (m.kv_format == kernels::cuda::KvDtypeOf(m.dtype)) {  // the serving dtype's cache
+    const int64_t per_block = m.ElementsPerBlock();
+    for (int32_t block : block_ids) {
+      for (size_t layer = 0; layer < m.k_cache.size(); ++layer) {
+        for (void* cache : {m.k_cache[layer], m.v_cache[layer]}) {
+          KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::Fill(At(cache, block * per_block, m.dtype),
+                                                           m.dtype, per_block, value, m.stream),
+                                       "filling KV blocks");
+        }
+      }
+    }
+    KVSERVE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(m.stream), "filling KV blocks");
+    return absl::OkStatus();
+  }
+  // Other formats: one block's rows of `value` encoded on the host by the CPU
+  // encoder (the device's is bit-identical), copied into every block named.
+  const KvCacheShape shape = m.Shape(1);
+  const int64_t rows = shape.rows_per_block(), row_bytes = shape.row_bytes();
+  const std::vector<float> values(static_cast<size_t>(shape.head_dim), value);
+  std::vector<uint8_t> data(static_cast<size_t>(rows * row_bytes));
+  const float scale = kernels::QuantizeKvRow(m.kv_format, values.data(),
+                                             static_cast<int>(shape.head_dim), data.data());
+  for (int64_t r = 1; r < rows; ++r) {
+    std::memcpy(data.data() + r * row_bytes, data.data(), static_cast<size_t>(row_bytes));
+  }
+  const std::vector<float> scales(static_cast<size_t>(rows), scale);
+  for (int32_t block : block_ids) {
     for (size_t layer = 0; layer < m.k_cache.size(); ++layer) {
-      for (void* cache : {m.k_cache[layer], m.v_cache[layer]}) {
-        KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::Fill(At(cache, block * per_block, m.dtype),
-                                                         m.dtype, per_block, value, m.stream),
+      for (int kv = 0; kv < 2; ++kv) {
+        char* cache = static_cast<char*>(kv == 0 ? m.k_cache[layer] : m.v_cache[layer]);
+        KVSERVE_RETURN_IF_CUDA_ERROR(cudaMemcpy(cache + block * rows * row_bytes, data.data(),
+                                                data.size(), cudaMemcpyHostToDevice),
                                      "filling KV blocks");
+        float* sc = kv == 0 ? m.k_scales[layer] : m.v_scales[layer];
+        if (sc != nullptr) {
+          KVSERVE_RETURN_IF_CUDA_ERROR(
+              cudaMemcpy(sc + block * rows, scales.data(), scales.size() * sizeof(float),
+                         cudaMemcpyHostToDevice),
+              "filling KV blocks");
+        }
       }
     }
   }
-  KVSERVE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(m.stream), "filling KV blocks");
   return absl::OkStatus();
 }
 

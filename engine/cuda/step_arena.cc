@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "engine/cuda/cuda_model_runner.h"
 #include "engine/cuda/cuda_status.h"
@@ -18,6 +19,13 @@ using kernels::cuda::CudaTokenLogprob;
 using kernels::cuda::ElemSize;
 using kernels::cuda::kCudaMaxLogprobs;
 
+// The runner's KV format as the attention dispatcher takes it: "auto"
+// (kFloat32 in the options) is the serving dtype's own cache.
+std::optional<kernels::KvDtype> KvFormat(const CudaRunnerOptions& o) {
+  if (o.kv_cache_dtype == kernels::KvDtype::kFloat32) return std::nullopt;
+  return o.kv_cache_dtype;
+}
+
 // The split-KV workspace a step needs: none when the dispatcher sends the
 // step to the prefill kernel (kernels/cuda/paged_attention.h), else room for
 // every token of the step.
@@ -25,7 +33,7 @@ size_t AttentionWorkspace(const ModelConfig& c, const CudaRunnerOptions& o,
                           kernels::cuda::ElemType dtype, int64_t tokens, int32_t max_query_len,
                           int32_t max_seq_len) {
   if (!kernels::cuda::PagedAttentionUsesSplitKv(dtype, static_cast<int>(c.head_dim), max_query_len,
-                                                o.batch_invariant)) {
+                                                o.batch_invariant, KvFormat(o))) {
     return 0;
   }
   return kernels::cuda::PagedAttentionWorkspaceBytes(static_cast<int>(tokens),
@@ -152,10 +160,10 @@ StepShape StepShape::Worst(const ModelConfig& c, const CudaRunnerOptions& o,
   // first step with a penalty would regrow the whole arena.
   s.num_penalty_tokens = s.num_logits * o.max_model_len;
   // Where chunks longer than one token also go through split-KV (fp32, small
-  // head dims, batch-invariant mode): the whole token budget at full length;
-  // else decode-only steps of max_num_seqs tokens at full length.
+  // head dims, batch-invariant mode, an fp32 KV cache): the whole token budget at
+  // full length; else decode-only steps of max_num_seqs tokens at full length.
   const bool chunks_use_split_kv = kernels::cuda::PagedAttentionUsesSplitKv(
-      dtype, static_cast<int>(c.head_dim), /*max_query_len=*/2, o.batch_invariant);
+      dtype, static_cast<int>(c.head_dim), /*max_query_len=*/2, o.batch_invariant, KvFormat(o));
   s.attention_workspace_bytes = AttentionWorkspace(
       c, o, dtype, chunks_use_split_kv ? o.max_num_tokens : o.max_num_seqs, 1, o.max_model_len);
   return s;

@@ -2,12 +2,15 @@
 //
 // Dispatch rule (one kernel per call, decided on the host from the params):
 //   * batch_invariant, or fp32 storage, or max_query_len <= 1 (a decode-only
-//     batch): PagedAttentionSplitKv for every token. It handles any token, so
+//     batch), or an fp32 KV cache: PagedAttentionSplitKv for every token. It handles any token, so
 //     in batch-invariant mode a sequence's output does not depend on how its
 //     prompt was chunked or what else is in the batch.
 //   * head dims 16 and 32 (small test models): split-KV, which has them;
 //     the prefill kernel does not.
-//   * otherwise (fp16/bf16, some query chunk longer than one token):
+//   * otherwise (fp16/bf16 activations, a 16-bit or scaled KV format (the
+//     prefill tile loader decodes fp8/int8/int4/fp4 and the other 16-bit
+//     type into its shared memory tiles), some query chunk longer than one
+//     token):
 //     PagedAttentionPrefill for every token of every sequence, length-1
 //     chunks included. A mixed batch therefore runs on tensor cores, and its
 //     decode tokens may differ in the last bits from a decode-only step; that
@@ -34,9 +37,9 @@ bool PrefillHeadDim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 ||
 }  // namespace
 
 bool PagedAttentionUsesSplitKv(ElemType dtype, int head_dim, int max_query_len,
-                               bool batch_invariant) {
+                               bool batch_invariant, std::optional<KvDtype> kv_dtype) {
   return batch_invariant || dtype == ElemType::kF32 || max_query_len <= 1 ||
-         !PrefillHeadDim(head_dim);
+         !PrefillHeadDim(head_dim) || ResolveKvDtype(dtype, kv_dtype) == KvDtype::kFloat32;
 }
 
 cudaError_t PagedAttention(const CudaPagedAttentionParams& p, cudaStream_t stream) {
@@ -49,7 +52,7 @@ cudaError_t PagedAttention(const CudaPagedAttentionParams& p, cudaStream_t strea
   if (p.dtype != ElemType::kF32 && p.dtype != ElemType::kF16 && p.dtype != ElemType::kBF16) {
     return cudaErrorInvalidValue;
   }
-  return PagedAttentionUsesSplitKv(p.dtype, d, p.max_query_len, p.batch_invariant)
+  return PagedAttentionUsesSplitKv(p.dtype, d, p.max_query_len, p.batch_invariant, p.kv_dtype)
              ? PagedAttentionSplitKv(p, stream)
              : PagedAttentionPrefill(p, stream);
 }

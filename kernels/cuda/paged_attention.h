@@ -17,11 +17,13 @@
 //    the splits of a token in increasing split order. Used for decode tokens,
 //    and for every token in batch-invariant mode.
 //  * prefill (FlashAttention-2 style, tensor cores via mma.sync, fp16/bf16
-//    only): one CTA per (kv head, sequence, tile of 128 rows), a row being one
-//    (token, query head) pair of the GQA group, so K/V tiles are loaded once
-//    per group (64 rows for head dim 256); online softmax over 64-key tiles of
-//    the sequence's pages, double-buffered with cp.async; used for every
-//    token of a call in which some query chunk is longer than one token.
+//    activations only; a KV cache in another format than theirs (the other
+//    16-bit type, fp8/int8/int4/fp4) is decoded by the tile loader, through
+//    registers, into the shared memory tiles in the activations' type): one CTA per (kv head,
+//    sequence, tile of 128 rows), a row being one (token, query head) pair of the GQA group, so K/V
+//    tiles are loaded once per group (64 rows for head dim 256); online softmax over 64-key tiles
+//    of the sequence's pages, double-buffered with cp.async; used for every token of a call in
+//    which some query chunk is longer than one token.
 //
 // Batch invariance: in the split-KV kernel a token's result depends only on
 // its own q and keys (the splits are fixed by absolute position and merged in
@@ -31,9 +33,27 @@
 // prefill runs without tensor cores (measured in bench/cuda_attention_bench).
 #pragma once
 
+#include <optional>
+
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cuda/cuda_types.h"
 
 namespace kvserve::kernels::cuda {
+
+// KV cache formats on the GPU: the rows of kernels/cpu/kv_quant.h, bit for
+// bit (the CPU encoder is the reference; kernels/cuda/kv_codec.cuh mirrors
+// it), in the block layout of engine/kv_cache.h with the fp32 per-row scales
+// of the scaled formats in separate arrays. A call's `kv_dtype` names the
+// format; nullopt (the default) stores the activations' dtype, the cache the
+// backend had before the formats existed ("auto" on CUDA: bf16 for a bf16
+// model, where the CPU's auto is fp32).
+inline KvDtype KvDtypeOf(ElemType t) {
+  return t == ElemType::kF32 ? KvDtype::kFloat32
+                             : (t == ElemType::kF16 ? KvDtype::kFloat16 : KvDtype::kBfloat16);
+}
+inline KvDtype ResolveKvDtype(ElemType t, std::optional<KvDtype> kv) {
+  return kv.value_or(KvDtypeOf(t));
+}
 
 // Keys per split in the split-KV kernel (a multiple of every block size
 // 1..64 is not required: splits are in key positions, pages are looked up
@@ -47,6 +67,11 @@ struct CudaPagedAttentionParams {
   void* out = nullptr;               // [num_tokens, num_heads, head_dim], contiguous
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
+  // Cache format (see above) and, for the scaled ones (fp8_e4m3, int8, int4,
+  // fp4_e2m1), the fp32 scale of every row: [num_blocks][num_kv_heads][block_size].
+  std::optional<KvDtype> kv_dtype;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
   int num_tokens = 0;
   int num_heads = 0;
   int num_kv_heads = 0;  // num_heads % num_kv_heads == 0
@@ -75,8 +100,12 @@ struct CudaPagedAttentionParams {
 // The dispatcher's rule: whether PagedAttention sends a call with these
 // properties through split-KV (every token) rather than the prefill kernel.
 // Callers size the workspace with it (only split-KV uses one).
+// An fp32 KV cache goes through split-KV too; the prefill kernel reads 16-bit
+// rows and the scaled formats (decoded to the activations' type in its tile
+// loader).
 bool PagedAttentionUsesSplitKv(ElemType dtype, int head_dim, int max_query_len,
-                               bool batch_invariant);
+                               bool batch_invariant,
+                               std::optional<KvDtype> kv_dtype = std::nullopt);
 
 // Workspace bytes for a call with these bounds (0 is a valid answer).
 size_t PagedAttentionWorkspaceBytes(int num_tokens, int num_heads, int head_dim, int max_seq_len);
@@ -93,12 +122,15 @@ cudaError_t PagedAttentionSplitKv(const CudaPagedAttentionParams& p, cudaStream_
 cudaError_t PagedAttentionPrefill(const CudaPagedAttentionParams& p, cudaStream_t stream);
 
 struct CudaWriteKvParams {
-  ElemType dtype = ElemType::kBF16;  // of k, v and the caches
+  ElemType dtype = ElemType::kBF16;  // of k and v (and of the caches without kv_dtype)
   const void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], token stride src_stride
   const void* v = nullptr;
   int64_t src_stride = 0;  // elements
   void* k_cache = nullptr;
   void* v_cache = nullptr;
+  std::optional<KvDtype> kv_dtype;  // as CudaPagedAttentionParams::kv_dtype
+  float* k_scales = nullptr;        // scaled formats: one fp32 per row
+  float* v_scales = nullptr;
   const int64_t* slot_mapping = nullptr;  // [num_tokens]: block * block_size + offset; < 0: skip
   int num_tokens = 0;
   int num_kv_heads = 0;
@@ -106,8 +138,10 @@ struct CudaWriteKvParams {
   int block_size = 0;
 };
 
-// Writes each new token's K and V into its slot (16-byte stores where the
-// head dimension allows).
+// Writes each new token's K and V into its slot: a byte copy (16-byte stores
+// where the head dimension allows) when the cache has the activations'
+// dtype; otherwise each (token, kv head) row is encoded as
+// kernels::QuantizeKvRow encodes its fp32 widening (same bytes, same scale).
 cudaError_t WriteKvCache(const CudaWriteKvParams& p, cudaStream_t stream);
 
 }  // namespace kvserve::kernels::cuda

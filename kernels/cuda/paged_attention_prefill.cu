@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/paged_attention.h"
 
 namespace kvserve::kernels::cuda {
@@ -90,6 +91,8 @@ struct PrefillArgs {
   void* out;
   const void* k_cache;
   const void* v_cache;
+  const float* k_scales;  // scaled KV formats only
+  const float* v_scales;
   const int32_t* token_pos;
   const int32_t* query_start;
   const int32_t* block_table_start;
@@ -175,9 +178,41 @@ __device__ __forceinline__ float Exp2(float x) {  // exp2(-inf) = +0
   return y;
 }
 
-template <typename T, int D>
+// The KV format whose rows are T itself (the cp.async path).
+template <typename T>
+constexpr KvDtype kNativeKv =
+    std::is_same_v<T, __nv_bfloat16> ? KvDtype::kBfloat16 : KvDtype::kFloat16;
+
+// Other formats (fp8_e4m3, int8, int4, fp4_e2m1, or the other 16-bit type):
+// where the cp.async path issues the next tile's copies (right after the
+// barrier that starts a tile), the tile loader reads each row's 8-element
+// chunks (KvChunk<F>, 16 / 8 / 4 bytes) into registers, decodes them and
+// stores them as T where the cp.async path would have put T rows. For the
+// scaled formats the tile holds the codes, which T represents exactly (int8
+// and int4 integers, e4m3 and e2m1 values), and the rows' scales go to
+// shared memory beside it: score column j is multiplied by K's scale of key
+// j after Q K^T (q . (c s) = (q . c) s, in fp32), and the weight p of key j
+// by V's scale before P is rounded to T for P V (p (c s) = (p s) c), while
+// l sums the unscaled p. So K and V enter the MMAs without a rounding of
+// their own (decoding c * s to bf16 would cost 2^-9 of every element); the
+// other 16-bit type is converted to T (rounding fp16 -> bf16). No
+// dequantized copy of the cache exists outside this CTA's shared memory.
+//
+// Holding the raw chunks across the tile's arithmetic (to overlap the loads
+// as cp.async does) spills at head dims 80-128 (ptxas, seen at build), so
+// the loads' latency is hidden only by the other warps and the second
+// resident CTA: not tuned, not measured (no GPU).
+template <typename T, KvDtype F, int D>
 __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(const PrefillArgs a) {
   using S = PrefillShape<D>;
+  constexpr bool kNative = F == kNativeKv<T>;
+  using Cv = KvChunk<F>;
+  using Chunk = typename Cv::Chunk;
+  static_assert(kNative || Cv::kVec == 8, "a T chunk of the tile is 8 elements");
+  constexpr int kLoadIters = S::kKeys / S::kRowsPerPass;
+  constexpr bool kScaled = Cv::kScaled;
+  // [buffer][K, V][key of the tile]: the scaled formats' row scales.
+  __shared__ float kv_scale[kScaled ? 2 : 1][2][kScaled ? S::kKeys : 1];
   constexpr int kMT = S::kMTiles;
   constexpr int kNT = S::kKeys / 8;  // n8 score tiles per row block
   constexpr int kDT = D / 8;         // n8 output tiles per row block
@@ -248,7 +283,48 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(const PrefillArgs a
       CpAsync16(row_dst + 2 * S::kKvElems * 2, vc + off, valid);
     }
   };
-  load_kv(n_hi, 0);
+  // The other formats' load_kv: registers, decode, shared memory.
+  auto load_encoded = [&](int n, int buf) {
+    if (!ld_lane) return;
+    const int key0 = n * S::kKeys + ld_row;
+#pragma unroll
+    for (int it = 0; it < kLoadIters; ++it) {
+      const int j = key0 + it * S::kRowsPerPass;
+      Chunk kr{}, vr{};
+      float ks = 0.0f, vs = 0.0f;  // keys outside lo_first..pos_last: zeros, no read
+      if (j >= lo_first && j < kv_end) {
+        const int blk = static_cast<int>((__umulhi(j, a.block_magic) + j) >> a.block_log);
+        const int slot = j - blk * a.block_size;
+        const int64_t id = __ldg(table + blk);
+        const int64_t row = (id * a.num_kv_heads + kv_head) * a.block_size + slot;
+        kr = __ldg(static_cast<const Chunk*>(a.k_cache) + row * S::kChunks + ld_col);
+        vr = __ldg(static_cast<const Chunk*>(a.v_cache) + row * S::kChunks + ld_col);
+        if constexpr (Cv::kScaled) {
+          ks = __ldg(a.k_scales + row);
+          vs = __ldg(a.v_scales + row);
+        }
+      }
+      const int e = buf * S::kKvElems + (ld_row + it * S::kRowsPerPass) * S::kStride + ld_col * 8;
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        float f[8];
+        Cv::Decode(kv == 0 ? kr : vr, f);  // codes (exact in T) for the scaled formats
+        *reinterpret_cast<uint4*>((kv == 0 ? sk : sv) + e) = make_uint4(
+            Pack<T>(f[0], f[1]), Pack<T>(f[2], f[3]), Pack<T>(f[4], f[5]), Pack<T>(f[6], f[7]));
+      }
+      if constexpr (kScaled) {
+        if (ld_col == 0) {  // one lane per row; 0 for keys outside the range
+          kv_scale[buf][0][ld_row + it * S::kRowsPerPass] = ks;
+          kv_scale[buf][1][ld_row + it * S::kRowsPerPass] = vs;
+        }
+      }
+    }
+  };
+  if constexpr (kNative) {
+    load_kv(n_hi, 0);
+  } else {
+    load_encoded(n_hi, 0);
+  }
   CpAsyncCommit();  // group: Q and the first K/V tile
 
   // Position of each row for the mask (read in masked tiles only, so it
@@ -285,7 +361,13 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(const PrefillArgs a
   for (int n = n_hi, buf = 0; n >= n_lo; --n, buf ^= 1) {
     CpAsyncWaitAll();
     __syncthreads();  // tile n visible to all; everyone is done with tile n + 1's buffer
-    if (n > n_lo) load_kv(n - 1, buf ^ 1);
+    if (n > n_lo) {
+      if constexpr (kNative) {
+        load_kv(n - 1, buf ^ 1);
+      } else {
+        load_encoded(n - 1, buf ^ 1);  // visible after the next barrier
+      }
+    }
     CpAsyncCommit();
     if (!warp_active) continue;
     const uint32_t kb_addr = k_addr + buf * S::kKvElems * 2;
@@ -311,6 +393,21 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(const PrefillArgs a
         for (int i = 0; i < kMT; ++i) {
           Mma<T>(s[i][2 * nn], qa[i], kb[0], kb[1]);
           Mma<T>(s[i][2 * nn + 1], qa[i], kb[2], kb[3]);
+        }
+      }
+    }
+
+    if constexpr (kScaled) {  // score column j times K's scale of key j
+#pragma unroll
+      for (int t = 0; t < kNT; ++t) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float ks = kv_scale[buf][0][t * 8 + (lane % 4) * 2 + e];
+#pragma unroll
+          for (int i = 0; i < kMT; ++i) {
+            s[i][t][e] *= ks;
+            s[i][t][e + 2] *= ks;
+          }
         }
       }
     }
@@ -371,7 +468,13 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(const PrefillArgs a
           const float p0 = Exp2(fmaf(s[i][t][2 * h], a.scale_log2, -m_ref));
           const float p1 = Exp2(fmaf(s[i][t][2 * h + 1], a.scale_log2, -m_ref));
           sum += p0 + p1;
-          pa[i][t / 2][h + 2 * (t % 2)] = Pack<T>(p0, p1);
+          if constexpr (kScaled) {  // P V with V's codes: weight times V's scale
+            const int col = t * 8 + (lane % 4) * 2;
+            pa[i][t / 2][h + 2 * (t % 2)] =
+                Pack<T>(p0 * kv_scale[buf][1][col], p1 * kv_scale[buf][1][col + 1]);
+          } else {
+            pa[i][t / 2][h + 2 * (t % 2)] = Pack<T>(p0, p1);
+          }
         }
         row_sum[i][h] = row_sum[i][h] * corr + sum;  // per-thread partial; reduced at the end
 #pragma unroll
@@ -428,13 +531,13 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(const PrefillArgs a
   }
 }
 
-template <typename T, int D>
+template <typename T, KvDtype F, int D>
 cudaError_t LaunchPrefill(const CudaPagedAttentionParams& p, const PrefillArgs& args,
                           cudaStream_t stream) {
   using S = PrefillShape<D>;
   const int64_t tiles = (int64_t{p.max_query_len} * args.group + S::kRows - 1) / S::kRows;
   if (tiles > 65535 || p.num_seqs > 65535) return cudaErrorInvalidValue;
-  const auto kernel = PrefillKernel<T, D>;
+  const auto kernel = PrefillKernel<T, F, D>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(S::kSmemBytes));
   if (err != cudaSuccess) return err;
@@ -443,23 +546,45 @@ cudaError_t LaunchPrefill(const CudaPagedAttentionParams& p, const PrefillArgs& 
   return cudaGetLastError();
 }
 
-template <typename T>
+template <typename T, KvDtype F>
 cudaError_t DispatchHeadDim(const CudaPagedAttentionParams& p, const PrefillArgs& args,
                             cudaStream_t stream) {
   switch (p.head_dim) {
     case 64:
-      return LaunchPrefill<T, 64>(p, args, stream);
+      return LaunchPrefill<T, F, 64>(p, args, stream);
     case 80:
-      return LaunchPrefill<T, 80>(p, args, stream);
+      return LaunchPrefill<T, F, 80>(p, args, stream);
     case 96:
-      return LaunchPrefill<T, 96>(p, args, stream);
+      return LaunchPrefill<T, F, 96>(p, args, stream);
     case 128:
-      return LaunchPrefill<T, 128>(p, args, stream);
+      return LaunchPrefill<T, F, 128>(p, args, stream);
     case 256:
-      return LaunchPrefill<T, 256>(p, args, stream);
+      return LaunchPrefill<T, F, 256>(p, args, stream);
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+template <typename T>
+cudaError_t DispatchFormat(KvDtype f, const CudaPagedAttentionParams& p, const PrefillArgs& args,
+                           cudaStream_t stream) {
+  switch (f) {
+    case KvDtype::kBfloat16:
+      return DispatchHeadDim<T, KvDtype::kBfloat16>(p, args, stream);
+    case KvDtype::kFloat16:
+      return DispatchHeadDim<T, KvDtype::kFloat16>(p, args, stream);
+    case KvDtype::kFp8E4m3:
+      return DispatchHeadDim<T, KvDtype::kFp8E4m3>(p, args, stream);
+    case KvDtype::kInt8:
+      return DispatchHeadDim<T, KvDtype::kInt8>(p, args, stream);
+    case KvDtype::kInt4:
+      return DispatchHeadDim<T, KvDtype::kInt4>(p, args, stream);
+    case KvDtype::kFp4E2m1:
+      return DispatchHeadDim<T, KvDtype::kFp4E2m1>(p, args, stream);
+    case KvDtype::kFloat32:  // an fp32 cache under 16-bit activations: split-KV only
+      break;
+  }
+  return cudaErrorInvalidValue;
 }
 
 bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -493,6 +618,8 @@ cudaError_t PagedAttentionPrefill(const CudaPagedAttentionParams& p, cudaStream_
   args.out = p.out;
   args.k_cache = p.k_cache;
   args.v_cache = p.v_cache;
+  args.k_scales = p.k_scales;
+  args.v_scales = p.v_scales;
   args.token_pos = p.token_pos;
   args.query_start = p.query_start;
   args.block_table_start = p.block_table_start;
@@ -510,8 +637,12 @@ cudaError_t PagedAttentionPrefill(const CudaPagedAttentionParams& p, cudaStream_
   args.scale_log2 = p.softcap > 0.0f ? kLog2e : p.scale * kLog2e;
   args.softcap = p.softcap;
   args.softcap_scale = p.softcap > 0.0f ? p.scale / p.softcap : 0.0f;
-  return p.dtype == ElemType::kBF16 ? DispatchHeadDim<__nv_bfloat16>(p, args, stream)
-                                    : DispatchHeadDim<__half>(p, args, stream);
+  const KvDtype format = ResolveKvDtype(p.dtype, p.kv_dtype);
+  if (KvHasScale(format) && (p.k_scales == nullptr || p.v_scales == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  return p.dtype == ElemType::kBF16 ? DispatchFormat<__nv_bfloat16>(format, p, args, stream)
+                                    : DispatchFormat<__half>(format, p, args, stream);
 }
 
 }  // namespace kvserve::kernels::cuda

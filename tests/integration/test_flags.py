@@ -20,10 +20,10 @@ CASES = [
     ("dtype-bogus", ["--model=builtin:tiny", "--dtype=int3"], ["dtype"]),
     ("kv-cache-dtype-bogus", ["--model=builtin:tiny", "--kv_cache_dtype=int3"],
      ["kv_cache_dtype", "auto, bfloat16, float16, fp8_e4m3, int8, int4, fp4_e2m1"]),
-    # The CUDA backend has no quantized KV kernels yet: refused by name.
-    ("kv-cache-dtype-int8-on-cuda",
-     ["--model=builtin:tiny", "--backend=cuda", "--kv_cache_dtype=int8"],
-     ["kv_cache_dtype", "cuda"]),
+    # Validated before any backend starts, on CUDA as on the CPU.
+    ("kv-cache-dtype-bogus-on-cuda",
+     ["--model=builtin:tiny", "--backend=cuda", "--kv_cache_dtype=int3"],
+     ["kv_cache_dtype", "auto, bfloat16, float16, fp8_e4m3, int8, int4, fp4_e2m1"]),
     ("gpu-memory-fraction-0", ["--model=builtin:tiny", "--gpu_memory_fraction=0"],
      ["gpu_memory_fraction"]),
     ("gpu-memory-fraction-nan", ["--model=builtin:tiny", "--gpu_memory_fraction=nan"],
