@@ -33,6 +33,8 @@ std::optional<scheduler::TimePoint> SchedulerDeadline(const grpc::CallbackServer
          std::chrono::duration_cast<scheduler::Clock::duration>(remaining);
 }
 
+}  // namespace
+
 void LogFinished(const std::string& request_id, const scheduler::RequestOutput& out) {
   engine::Log().info(
       "request id={} prompt_tokens={} cached_tokens={} completion_tokens={} queue_ms={:.1f} "
@@ -42,8 +44,6 @@ void LogFinished(const std::string& request_id, const scheduler::RequestOutput& 
       out.timings.time_to_first_token_s * 1e3, out.timings.e2e_s * 1e3,
       scheduler::FinishReasonName(out.finish_reason));
 }
-
-}  // namespace
 
 GenerateReactor::GenerateReactor(ServingState& state, grpc::CallbackServerContext* context,
                                  const v1::GenerateRequest& request)

@@ -129,6 +129,18 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
            .Register(r)
            .Add({});
 
+  http_requests_ = &BuildCounter()
+                        .Name("kvserve_http_requests_total")
+                        .Help(
+                            "HTTP API responses by status code (as they start; an SSE stream "
+                            "counts once, as 200).")
+                        .Register(r);
+  http_connections_ = &BuildGauge()
+                           .Name("kvserve_http_connections")
+                           .Help("Open HTTP API connections.")
+                           .Register(r)
+                           .Add({});
+
   preemptions_ = &BuildCounter()
                       .Name("kvserve_num_preemptions_total")
                       .Help("Requests preempted (their KV blocks dropped, to be recomputed).")
@@ -215,6 +227,12 @@ void ServerMetrics::OnStep(const scheduler::StepRecord& step) {
   step_tokens_->Observe(step.num_tokens);
   step_duration_->Observe(step.duration_s);
 }
+
+void ServerMetrics::OnHttpResponse(int status) {
+  http_requests_->Add({{"code", std::to_string(status)}}).Increment();
+}
+
+void ServerMetrics::OnHttpConnection(int delta) { http_connections_->Increment(delta); }
 
 void ServerMetrics::OnRejected(Rejection why) { rejected_[static_cast<int>(why)]->Increment(); }
 
