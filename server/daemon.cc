@@ -106,20 +106,41 @@ v1::GetModelInfoResponse MakeModelInfo(const ServerConfig& c, const engine::Mode
   return info;
 }
 
-// The chat template of a checkpoint directory (builtin models have none). A
-// template that cannot be loaded does not stop the server: chat requests
-// answer 400 naming the problem (`error`).
-std::optional<chat::ChatTemplate> LoadChatTemplate(const std::string& model, std::string* error) {
+// The chat template: --chat_template's file, else the checkpoint directory's
+// (builtin models have none). A checkpoint template that cannot be loaded
+// does not stop the server: chat requests answer 400 naming the problem
+// (`error`); a --chat_template that cannot be read or parsed does.
+absl::StatusOr<std::optional<chat::ChatTemplate>> LoadChatTemplate(const ServerConfig& config,
+                                                                   std::string* error) {
+  std::optional<chat::ChatTemplate> checkpoint;
   std::error_code ec;
-  if (!std::filesystem::is_directory(model, ec)) return std::nullopt;
-  absl::StatusOr<std::optional<chat::ChatTemplate>> loaded =
-      chat::ChatTemplate::FromCheckpoint(model);
-  if (!loaded.ok()) {
-    *error = std::string(loaded.status().message());
-    engine::Log().warn("chat template not loaded (chat requests will answer 400): {}", *error);
-    return std::nullopt;
+  if (std::filesystem::is_directory(config.model, ec)) {
+    absl::StatusOr<std::optional<chat::ChatTemplate>> loaded =
+        chat::ChatTemplate::FromCheckpoint(config.model);
+    if (loaded.ok()) {
+      checkpoint = *std::move(loaded);
+    } else {
+      *error = std::string(loaded.status().message());
+    }
   }
-  return *std::move(loaded);
+  if (config.chat_template.empty()) {
+    if (!error->empty()) {
+      engine::Log().warn("chat template not loaded (chat requests will answer 400): {}", *error);
+    }
+    return checkpoint;
+  }
+  absl::StatusOr<std::string> source = ReadFlagFile(config.chat_template, "chat_template");
+  if (!source.ok()) return source.status();
+  // The checkpoint's special tokens (bos_token, ...) stay visible to it.
+  nlohmann::json special = nlohmann::json::object();
+  if (checkpoint) special = nlohmann::json(checkpoint->special_tokens());
+  absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::FromSource(*source, special);
+  if (!tmpl.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chat_template: ", config.chat_template, ": ", tmpl.status().message()));
+  }
+  error->clear();
+  return std::optional<chat::ChatTemplate>(*std::move(tmpl));
 }
 
 int StartupFailed(const absl::Status& status) {
@@ -232,7 +253,10 @@ int RunDaemon(const ServerConfig& config) {
   std::unique_ptr<http::OpenAiHandler> http_handler;
   std::unique_ptr<http::HttpServer> http_server;
   if (config.http_port != 0) {
-    chat_template = LoadChatTemplate(config.model, &http_model.chat_template_error);
+    absl::StatusOr<std::optional<chat::ChatTemplate>> loaded_template =
+        LoadChatTemplate(config, &http_model.chat_template_error);
+    if (!loaded_template.ok()) return StartupFailed(loaded_template.status());
+    chat_template = *std::move(loaded_template);
     http_model.model_name = model.name;
     http_model.tokenizer = model.tokenizer.get();
     http_model.vocab_size = static_cast<int32_t>(model.config.vocab_size);

@@ -19,6 +19,10 @@ ABSL_FLAG(int32_t, http_port, 0,
           "(see the ready line). Same bearer token and drain rules as gRPC; no TLS.");
 ABSL_FLAG(int32_t, http_io_threads, 2,
           "Threads serving the HTTP API's connections (all of them, streaming or not).");
+ABSL_FLAG(std::string, chat_template, "",
+          "HTTP API: a Jinja chat template file for /v1/chat/completions, used instead of the "
+          "checkpoint's (chat_template.jinja or tokenizer_config.json); the checkpoint's special "
+          "tokens stay visible to it.");
 ABSL_FLAG(std::string, model, "builtin:tiny",
           "builtin:tiny, builtin:small, builtin:llama3-8b (CUDA only), or a Hugging Face "
           "checkpoint directory (config.json, "
@@ -85,6 +89,7 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   c.http_port = absl::GetFlag(FLAGS_http_port);
   c.http_io_threads = absl::GetFlag(FLAGS_http_io_threads);
+  c.chat_template = absl::GetFlag(FLAGS_chat_template);
   c.model = absl::GetFlag(FLAGS_model);
   c.backend = absl::GetFlag(FLAGS_backend);
   c.num_kv_blocks = absl::GetFlag(FLAGS_num_kv_blocks);

@@ -19,6 +19,9 @@ struct ServerConfig {
   // ephemeral port (printed in the ready line), else the port.
   int32_t http_port = 0;
   int32_t http_io_threads = 2;
+  // A Jinja chat template file for /v1/chat/completions, instead of the
+  // checkpoint's (empty: the checkpoint's, if any).
+  std::string chat_template;
 
   std::string model = "builtin:tiny";
   std::string backend = "auto";  // auto | cpu | cuda

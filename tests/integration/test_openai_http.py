@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -547,3 +548,26 @@ def test_chat_logprobs_and_n(chat_daemon, chat_dir):
                {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})
     assert_error(bad, 400, "messages[0].content[0].type")
     assert_error(post(chat_daemon, "/v1/chat/completions", {"messages": []}), 400, "messages")
+
+
+def test_chat_template_flag_on_a_builtin_model(kvserve_factory, tmp_path):
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+                        "{% if add_generation_prompt %}[assistant]{% endif %}")
+    d = kvserve_factory("--http_port=-1", f"--chat_template={template}")
+    r = post(d, "/tokenize", {"messages": [{"role": "user", "content": "hi"}]})
+    assert r.json()["tokens"] == list(b"[user]hi[assistant]")  # bytes; no BOS
+    out = client_for(d).chat.completions.create(
+        model=TINY, messages=[{"role": "user", "content": "hi"}], max_tokens=5, temperature=0,
+        extra_body={"ignore_eos": True})
+    assert out.usage.prompt_tokens == len(b"[user]hi[assistant]")
+    assert out.usage.completion_tokens == 5
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}")
+    res = subprocess.run(
+        [str(kf.require_binary(kf.daemon_path())), "--model=builtin:tiny", "--backend=cpu",
+         "--http_port=-1", f"--chat_template={bad}", "--host=127.0.0.1", "--port=0",
+         "--metrics_host=127.0.0.1", "--metrics_port=0"],
+        capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res
+    assert "--chat_template" in res.stderr and "line 1" in res.stderr, res.stderr
