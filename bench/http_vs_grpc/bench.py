@@ -10,7 +10,10 @@ Run from the repository root after a build (the .venv of scripts/setup.sh):
    through HTTP (POST /v1/completions, stream=true, include_usage; a minimal asyncio
    HTTP/1.1 client on keep-alive connections, so the Python client costs little),
    alternating APIs for --rounds rounds. Reported: output tokens/s of each run and
-   the ratio HTTP / gRPC of the medians (measured in this one run, on this machine).
+   the ratio HTTP / gRPC of the medians (measured in this one run, on this machine), and
+   the daemon's CPU time per 1000 output tokens for each API (/proc/<pid>/stat): the
+   server-side cost of each frontend, whichever client is faster. Prompts are unique
+   per run, so no run is served from another's prefix cache.
 2. Scale: --streams concurrent streaming chat requests (each its own connection,
    --chat_template on builtin:tiny, --stream_tokens tokens each), all sent at once.
    Reported: how many failed (non-200, an error event, or no [DONE]), and the daemon's
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -53,10 +57,16 @@ def proc_status(pid: int) -> tuple[int, int]:
     return rss, threads
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_daemon(build: Path, tmp: Path, *flags: str) -> tuple[subprocess.Popen, dict]:
     out = tmp / "kvserve.stdout"
     err = tmp / "kvserve.stderr"
-    args = [str(build / "server" / "kvserve"), "--model=builtin:tiny", "--backend=cpu",
+    args = [str(build / "server" / "kvserve"), "--backend=cpu",
             "--host=127.0.0.1", "--port=0", "--metrics_host=127.0.0.1", "--metrics_port=0",
             "--http_port=-1", "--log_requests=false", *flags]
     with open(out, "wb") as o, open(err, "wb") as e:
@@ -153,7 +163,8 @@ async def run_http(address: tuple, prompts: list[str], concurrency: int, output_
                     "ignore_eos": True, "stream": True,
                     "stream_options": {"include_usage": True}})
                 assert status == 200 and events[-1] == "[DONE]", (status, events[-2:])
-                tokens += json.loads(events[-2])["usage"]["completion_tokens"]
+                chunks = [json.loads(e) for e in events[:-1]]  # as a real client would
+                tokens += chunks[-1]["usage"]["completion_tokens"]
         finally:
             conn.close()
 
@@ -161,12 +172,16 @@ async def run_http(address: tuple, prompts: list[str], concurrency: int, output_
     return tokens
 
 
-def throughput(addresses: dict, args) -> dict:
-    prompts = [f"{i:05d} " + "x" * (args.prompt_len - 6) for i in range(args.requests)]
+def throughput(addresses: dict, pid: int, args) -> dict:
     runs = {"grpc": [], "http": []}
+    server_cpu = {"grpc": [], "http": []}  # daemon CPU seconds per 1000 output tokens
     for r in range(args.rounds):
         for api in (("grpc", "http") if r % 2 == 0 else ("http", "grpc")):
+            # Prompts unique to each run: no run is served from another's prefix cache.
+            prompts = [f"{api}{r}-{i:05d} ".ljust(args.prompt_len, "x")
+                       for i in range(args.requests)]
             start = time.perf_counter()
+            cpu_start = cpu_seconds(pid)
             if api == "grpc":
                 tokens = asyncio.run(run_grpc(addresses["grpc"], prompts, args.concurrency,
                                               args.output_len))
@@ -174,14 +189,19 @@ def throughput(addresses: dict, args) -> dict:
                 tokens = asyncio.run(run_http(addresses["http"], prompts, args.concurrency,
                                               args.output_len))
             elapsed = time.perf_counter() - start
+            server_cpu[api].append((cpu_seconds(pid) - cpu_start) / tokens * 1000)
             assert tokens == args.requests * args.output_len, (api, tokens)
             runs[api].append(tokens / elapsed)
             print(f"  round {r} {api}: {tokens} tokens in {elapsed:.2f} s = "
-                  f"{tokens / elapsed:.0f} tokens/s", flush=True)
+                  f"{tokens / elapsed:.0f} tokens/s, daemon CPU "
+                  f"{server_cpu[api][-1] * 1000:.1f} ms per 1000 tokens", flush=True)
     grpc_median = statistics.median(runs["grpc"])
     http_median = statistics.median(runs["http"])
     return {"tokens_per_s": runs, "grpc_median": grpc_median, "http_median": http_median,
-            "ratio_http_over_grpc": http_median / grpc_median}
+            "ratio_http_over_grpc": http_median / grpc_median,
+            "daemon_cpu_s_per_1000_tokens": server_cpu,
+            "cpu_grpc_median": statistics.median(server_cpu["grpc"]),
+            "cpu_http_median": statistics.median(server_cpu["http"])}
 
 
 # ---------------------------------------------------------------------------
@@ -230,6 +250,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--build", type=Path, default=ROOT / "build")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "http_vs_grpc")
+    p.add_argument("--model", default="builtin:tiny")
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--requests", type=int, default=512)
     p.add_argument("--prompt_len", type=int, default=32)
@@ -244,14 +265,14 @@ def main() -> int:
     template = tmp / "chat.jinja"
     template.write_text(TEMPLATE)
     proc, addresses = start_daemon(
-        args.build, tmp, f"--chat_template={template}", f"--max_num_seqs={args.concurrency}",
+        args.build, tmp, f"--model={args.model}", f"--chat_template={template}", f"--max_num_seqs={args.concurrency}",
         f"--max_waiting_requests={max(4096, 2 * args.streams)}")
     results: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
     try:
         idle_rss, idle_threads = proc_status(proc.pid)
         results["idle"] = {"rss_mib": idle_rss / 1024, "threads": idle_threads}
         print(f"throughput at {args.concurrency} concurrent:", flush=True)
-        results["throughput"] = throughput(addresses, args)
+        results["throughput"] = throughput(addresses, proc.pid, args)
         print(f"{args.streams} concurrent streaming chat requests:", flush=True)
         results["scale"] = asyncio.run(many_streams(addresses["http"], args.streams,
                                                     args.stream_tokens, proc.pid))
@@ -270,6 +291,8 @@ def main() -> int:
         f"| HTTP tokens/s (median of {args.rounds}, {args.concurrency} concurrent) | "
         f"{t['http_median']:.0f} |",
         f"| HTTP / gRPC | {t['ratio_http_over_grpc']:.3f} |",
+        f"| daemon CPU per 1000 output tokens, gRPC / HTTP (median) | "
+        f"{t['cpu_grpc_median'] * 1000:.1f} / {t['cpu_http_median'] * 1000:.1f} ms |",
         f"| {s['streams']} concurrent SSE chat streams: failed | {s['failed']} |",
         f"| ... wall time | {s['seconds']:.1f} s |",
         f"| ... daemon RSS idle / peak | {results['idle']['rss_mib']:.0f} / "
