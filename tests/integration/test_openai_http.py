@@ -260,6 +260,18 @@ def test_stop_string(daemon, client):
     assert ref.text == cut
 
 
+def test_cached_tokens_report_prefix_cache_hits(daemon, client):
+    prompt = "Cached prefix: " + "abcdefghij" * 10  # 114 tokens with BOS: 7 full blocks
+    first = client.completions.create(model=TINY, prompt=prompt, max_tokens=2, temperature=0)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    again = client.completions.create(model=TINY, prompt=prompt, max_tokens=2, temperature=0)
+    cached = again.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < again.usage.prompt_tokens and cached % 16 == 0, cached
+    # The same number the gRPC API reports for the same prompt.
+    ref = grpc_generate(daemon, prompt, 2, seed=0, temperature=0)
+    assert ref.final.usage.cached_prompt_tokens == cached
+
+
 def test_echo(daemon, client):
     out = client.completions.create(model=TINY, prompt=PROMPT, max_tokens=5, temperature=0,
                                     echo=True)
