@@ -75,6 +75,7 @@ void GenerateReactor::Begin(const v1::GenerateRequest& request) {
   if (!id.ok()) return Refuse(ToGrpcStatus(id.status()));
   engine_id_ = *id;
   submitted_ = true;
+  state_.metrics().OnAccepted(ServerMetrics::Api::kGrpc);
 }
 
 void GenerateReactor::Refuse(const grpc::Status& status) {

@@ -135,6 +135,14 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
                             "HTTP API responses by status code (as they start; an SSE stream "
                             "counts once, as 200).")
                         .Register(r);
+  auto& accepted = BuildCounter()
+                       .Name("kvserve_api_requests_total")
+                       .Help(
+                           "Requests accepted into the engine queue, by API (grpc, http; an "
+                           "HTTP request with n choices counts n).")
+                       .Register(r);
+  accepted_[static_cast<int>(Api::kGrpc)] = &accepted.Add({{"api", "grpc"}});
+  accepted_[static_cast<int>(Api::kHttp)] = &accepted.Add({{"api", "http"}});
   http_connections_ = &BuildGauge()
                            .Name("kvserve_http_connections")
                            .Help("Open HTTP API connections.")
@@ -231,6 +239,8 @@ void ServerMetrics::OnStep(const scheduler::StepRecord& step) {
 void ServerMetrics::OnHttpResponse(int status) {
   http_requests_->Add({{"code", std::to_string(status)}}).Increment();
 }
+
+void ServerMetrics::OnAccepted(Api api) { accepted_[static_cast<int>(api)]->Increment(); }
 
 void ServerMetrics::OnHttpConnection(int delta) { http_connections_->Increment(delta); }
 

@@ -63,6 +63,10 @@ class ServerMetrics : public prometheus::Collectable {
   // The HTTP API (server/http/, its io threads): a response's status code
   // as it starts, and connections opened (+1) and closed (-1).
   void OnHttpResponse(int status);
+  // A request accepted into the engine queue, by frontend (an HTTP request
+  // with n choices is n engine requests).
+  enum class Api : int { kGrpc = 0, kHttp = 1 };
+  void OnAccepted(Api api);
   void OnHttpConnection(int delta);
   // Stops reading the loop: later scrapes return the last values. After it
   // returns the loop may be destroyed.
@@ -112,6 +116,7 @@ class ServerMetrics : public prometheus::Collectable {
   // HTTP API.
   prometheus::Family<prometheus::Counter>* http_requests_;  // labels are thread-safe to add
   prometheus::Gauge* http_connections_;
+  std::array<prometheus::Counter*, 2> accepted_{};  // by Api
 
   // Per-step.
   prometheus::Histogram* step_tokens_;

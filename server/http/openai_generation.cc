@@ -99,6 +99,7 @@ std::shared_ptr<GenerationCall> GenerationCall::Start(ServingState& state,
       channel.Respond(error.http_status, "application/json", Dump(ErrorJson(error)));
       return nullptr;
     }
+    state.metrics().OnAccepted(ServerMetrics::Api::kHttp);
     call->choices_[static_cast<size_t>(c)].engine_id = *id;
     call->choices_[static_cast<size_t>(c)].submitted = true;
   }

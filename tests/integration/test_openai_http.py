@@ -150,6 +150,7 @@ def test_models_and_health(daemon, client):
 
 
 def test_completion_equals_grpc(daemon, client):
+    before = daemon.metrics()
     for temperature, seed in ((0.0, 0), (0.9, 7)):
         ref = grpc_generate(daemon, PROMPT, 24, seed=seed, temperature=temperature)
         out = client.completions.create(model=TINY, prompt=PROMPT, max_tokens=24,
@@ -162,6 +163,10 @@ def test_completion_equals_grpc(daemon, client):
         assert out.usage.completion_tokens == len(ref.token_ids) == 24
         assert out.usage.prompt_tokens == ref.final.usage.prompt_tokens
         assert out.usage.total_tokens == out.usage.prompt_tokens + 24
+    after = daemon.metrics()
+    for api in ("grpc", "http"):  # two requests through each API
+        assert kf.metric(after, "kvserve_api_requests_total", api=api) == \
+            kf.metric(before, "kvserve_api_requests_total", api=api) + 2, api
 
 
 def test_token_id_prompts_and_prompt_lists(daemon, client):
