@@ -391,6 +391,29 @@ def test_queue_full_is_429(kvserve_factory):
 # Disconnect and drain.
 
 
+def test_disconnect_while_waiting_for_a_whole_answer_aborts(daemon):
+    """A non-streaming request: the server notices the closed socket while generating."""
+    before = daemon.metrics()
+    aborted_before = kf.metric(before, "kvserve_requests_finished_total", 0,
+                               finished_reason="aborted")
+    host, port = daemon.http_url.removeprefix("http://").split(":")
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 1900, "ignore_eos": True,
+                       "temperature": 0}).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        running = daemon.wait_metrics(
+            lambda m: kf.metric(m, "kvserve_num_requests_running") == 1, timeout=30)
+        assert kf.metric(running, "kvserve_num_requests_running") == 1
+    samples = daemon.wait_metrics(
+        lambda m: kf.metric(m, "kvserve_requests_finished_total", 0, finished_reason="aborted")
+        > aborted_before and kf.metric(m, "kvserve_kv_cache_blocks", state="in_use") == 0,
+        timeout=30)
+    assert kf.metric(samples, "kvserve_requests_finished_total", finished_reason="aborted") == \
+        aborted_before + 1
+    assert kf.metric(samples, "kvserve_kv_cache_blocks", state="in_use") == 0
+
+
 def test_disconnect_mid_stream_aborts_and_frees(daemon):
     before = daemon.metrics()
     aborted_before = kf.metric(before, "kvserve_requests_finished_total", 0,
