@@ -54,7 +54,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config \
       libgtest-dev libgmock-dev \
-      libabsl-dev nlohmann-json3-dev libspdlog-dev libfmt-dev \
+      libabsl-dev libboost-dev nlohmann-json3-dev libspdlog-dev libfmt-dev \
       libsentencepiece-dev libpcre2-dev libutf8proc-dev \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev \
  && rm -rf /var/lib/apt/lists/*

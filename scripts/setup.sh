@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 debian_packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libabsl-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  libabsl-dev libboost-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libsentencepiece-dev libpcre2-dev libutf8proc-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev
   prometheus openssl curl

@@ -39,7 +39,18 @@ absl::Status BearerAuth::Check(const grpc::ServerContextBase& context) const {
   if (it == metadata.end()) {
     return absl::UnauthenticatedError("missing \"authorization: Bearer <token>\" metadata");
   }
-  const std::string_view value(it->second.data(), it->second.size());
+  return CheckValue(std::string_view(it->second.data(), it->second.size()));
+}
+
+absl::Status BearerAuth::CheckHeader(std::optional<std::string_view> authorization) const {
+  if (!enabled()) return absl::OkStatus();
+  if (!authorization.has_value()) {
+    return absl::UnauthenticatedError("missing \"Authorization: Bearer <token>\" header");
+  }
+  return CheckValue(*authorization);
+}
+
+absl::Status BearerAuth::CheckValue(std::string_view value) const {
   constexpr std::string_view kPrefix = "Bearer ";
   if (value.substr(0, kPrefix.size()) != kPrefix ||
       !ConstantTimeEquals(value.substr(kPrefix.size()), token_)) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -23,6 +24,8 @@
 #include "server/auth.h"
 #include "server/backend.h"
 #include "server/health_monitor.h"
+#include "server/http/http_server.h"
+#include "server/http/openai_handlers.h"
 #include "server/kvserve_service.h"
 #include "server/metrics.h"
 #include "server/metrics_exposer.h"
@@ -101,6 +104,43 @@ v1::GetModelInfoResponse MakeModelInfo(const ServerConfig& c, const engine::Mode
     if (d.repetition_penalty) s->set_repetition_penalty(*d.repetition_penalty);
   }
   return info;
+}
+
+// The chat template: --chat_template's file, else the checkpoint directory's
+// (builtin models have none). A checkpoint template that cannot be loaded
+// does not stop the server: chat requests answer 400 naming the problem
+// (`error`); a --chat_template that cannot be read or parsed does.
+absl::StatusOr<std::optional<chat::ChatTemplate>> LoadChatTemplate(const ServerConfig& config,
+                                                                   std::string* error) {
+  std::optional<chat::ChatTemplate> checkpoint;
+  std::error_code ec;
+  if (std::filesystem::is_directory(config.model, ec)) {
+    absl::StatusOr<std::optional<chat::ChatTemplate>> loaded =
+        chat::ChatTemplate::FromCheckpoint(config.model);
+    if (loaded.ok()) {
+      checkpoint = *std::move(loaded);
+    } else {
+      *error = std::string(loaded.status().message());
+    }
+  }
+  if (config.chat_template.empty()) {
+    if (!error->empty()) {
+      engine::Log().warn("chat template not loaded (chat requests will answer 400): {}", *error);
+    }
+    return checkpoint;
+  }
+  absl::StatusOr<std::string> source = ReadFlagFile(config.chat_template, "chat_template");
+  if (!source.ok()) return source.status();
+  // The checkpoint's special tokens (bos_token, ...) stay visible to it.
+  nlohmann::json special = nlohmann::json::object();
+  if (checkpoint) special = nlohmann::json(checkpoint->special_tokens());
+  absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::FromSource(*source, special);
+  if (!tmpl.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chat_template: ", config.chat_template, ": ", tmpl.status().message()));
+  }
+  error->clear();
+  return std::optional<chat::ChatTemplate>(*std::move(tmpl));
 }
 
 int StartupFailed(const absl::Status& status) {
@@ -207,6 +247,35 @@ int RunDaemon(const ServerConfig& config) {
     return StartupFailed(
         absl::UnavailableError(absl::StrCat("--host/--port: cannot listen on ", address)));
   }
+  // The OpenAI-compatible HTTP API (docs/server.md "HTTP API").
+  http::ModelContext http_model;
+  std::optional<chat::ChatTemplate> chat_template;
+  std::unique_ptr<http::OpenAiHandler> http_handler;
+  std::unique_ptr<http::HttpServer> http_server;
+  if (config.http_port != 0) {
+    absl::StatusOr<std::optional<chat::ChatTemplate>> loaded_template =
+        LoadChatTemplate(config, &http_model.chat_template_error);
+    if (!loaded_template.ok()) return StartupFailed(loaded_template.status());
+    chat_template = *std::move(loaded_template);
+    http_model.model_name = model.name;
+    http_model.tokenizer = model.tokenizer.get();
+    http_model.vocab_size = static_cast<int32_t>(model.config.vocab_size);
+    http_model.max_model_len = engine_config.max_model_len;
+    http_model.kv_capacity_tokens = KvCapacityTokens(engine_config);
+    http_model.defaults = model.sampling_defaults;
+    http_model.chat_template = chat_template ? &*chat_template : nullptr;
+    http_handler = std::make_unique<http::OpenAiHandler>(state, http_model);
+    http::HttpServerOptions options;
+    options.host = config.host;
+    options.port = config.http_port < 0 ? 0 : config.http_port;
+    options.io_threads = config.http_io_threads;
+    options.max_body_bytes = static_cast<size_t>(config.max_receive_message_bytes);
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> started =
+        http::HttpServer::Start(options, *http_handler, metrics.get());
+    if (!started.ok()) return StartupFailed(started.status());
+    http_server = *std::move(started);
+  }
+
   HealthMonitor health(
       server->GetHealthCheckService(), &loop,
       std::chrono::duration_cast<Clock::duration>(Seconds(config.health_stall_timeout_s)));
@@ -218,8 +287,10 @@ int RunDaemon(const ServerConfig& config) {
       model.name, backend, backend_parts.device, engine_config.num_blocks, engine_config.block_size,
       config.kv_cache_dtype, KvCapacityTokens(engine_config), engine_config.max_model_len,
       config.tls_cert_file.empty() ? "off" : "on", token.empty() ? "off" : "on");
-  std::printf("kvserve ready grpc=%s:%d metrics=%s:%d\n", config.host.c_str(), grpc_port,
-              config.metrics_host.c_str(), metrics_port);
+  const std::string http_ready =
+      http_server ? absl::StrCat(" http=", config.host, ":", http_server->port()) : "";
+  std::printf("kvserve ready grpc=%s:%d metrics=%s:%d%s\n", config.host.c_str(), grpc_port,
+              config.metrics_host.c_str(), metrics_port, http_ready.c_str());
   std::fflush(stdout);
 
   {
@@ -236,9 +307,16 @@ int RunDaemon(const ServerConfig& config) {
     engine::Log().warn("drain timeout ({} s): aborting the requests still running",
                        config.drain_timeout_s);
   }
-  // Aborts whatever is left; those streams end with UNAVAILABLE.
+  // Aborts whatever is left; those streams end with UNAVAILABLE (HTTP: 503,
+  // or an error event in an SSE stream).
   loop.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (http_server) {
+    // No output is posted after loop.Stop(); give the HTTP streams a moment
+    // to write their last events, then close every connection.
+    state.WaitForStreams(Clock::now() + std::chrono::seconds(2));
+    http_server->Stop();
+  }
   health.Stop();
   // From here on no scrape reads the loop (destroyed when this function
   // returns); then /metrics stops, its threads joined (fast: metrics_exposer.h).

@@ -13,6 +13,16 @@ ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "Address of the Prometheus /metrics endpoint (no auth, no TLS); 0.0.0.0 opens it to "
           "other hosts (the container image does).");
 ABSL_FLAG(int32_t, metrics_port, 9400, "Prometheus /metrics port; 0 picks a free port.");
+ABSL_FLAG(int32_t, http_port, 0,
+          "OpenAI-compatible HTTP API port on --host (/v1/completions, /v1/chat/completions, "
+          "/v1/models, /tokenize, /detokenize, /health); 0 turns it off, -1 picks a free port "
+          "(see the ready line). Same bearer token and drain rules as gRPC; no TLS.");
+ABSL_FLAG(int32_t, http_io_threads, 2,
+          "Threads serving the HTTP API's connections (all of them, streaming or not).");
+ABSL_FLAG(std::string, chat_template, "",
+          "HTTP API: a Jinja chat template file for /v1/chat/completions, used instead of the "
+          "checkpoint's (chat_template.jinja or tokenizer_config.json); the checkpoint's special "
+          "tokens stay visible to it.");
 ABSL_FLAG(std::string, model, "builtin:tiny",
           "builtin:tiny, builtin:small, builtin:llama3-8b (CUDA only), or a Hugging Face "
           "checkpoint directory (config.json, "
@@ -67,7 +77,7 @@ ABSL_FLAG(double, drain_timeout_s, 30,
 ABSL_FLAG(double, health_stall_timeout_s, 30,
           "Seconds without a completed step (while busy) after which health turns NOT_SERVING.");
 ABSL_FLAG(int32_t, max_receive_message_bytes, 4 << 20,
-          "Largest request message accepted, in bytes.");
+          "Largest request message accepted, in bytes (gRPC messages and HTTP bodies).");
 ABSL_FLAG(bool, log_requests, true, "Log one line per finished request.");
 
 namespace kvserve::server {
@@ -78,6 +88,9 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.port = absl::GetFlag(FLAGS_port);
   c.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  c.http_port = absl::GetFlag(FLAGS_http_port);
+  c.http_io_threads = absl::GetFlag(FLAGS_http_io_threads);
+  c.chat_template = absl::GetFlag(FLAGS_chat_template);
   c.model = absl::GetFlag(FLAGS_model);
   c.backend = absl::GetFlag(FLAGS_backend);
   c.num_kv_blocks = absl::GetFlag(FLAGS_num_kv_blocks);

@@ -33,6 +33,8 @@ std::optional<scheduler::TimePoint> SchedulerDeadline(const grpc::CallbackServer
          std::chrono::duration_cast<scheduler::Clock::duration>(remaining);
 }
 
+}  // namespace
+
 void LogFinished(const std::string& request_id, const scheduler::RequestOutput& out) {
   engine::Log().info(
       "request id={} prompt_tokens={} cached_tokens={} completion_tokens={} queue_ms={:.1f} "
@@ -42,8 +44,6 @@ void LogFinished(const std::string& request_id, const scheduler::RequestOutput& 
       out.timings.time_to_first_token_s * 1e3, out.timings.e2e_s * 1e3,
       scheduler::FinishReasonName(out.finish_reason));
 }
-
-}  // namespace
 
 GenerateReactor::GenerateReactor(ServingState& state, grpc::CallbackServerContext* context,
                                  const v1::GenerateRequest& request)
@@ -75,6 +75,7 @@ void GenerateReactor::Begin(const v1::GenerateRequest& request) {
   if (!id.ok()) return Refuse(ToGrpcStatus(id.status()));
   engine_id_ = *id;
   submitted_ = true;
+  state_.metrics().OnAccepted(ServerMetrics::Api::kGrpc);
 }
 
 void GenerateReactor::Refuse(const grpc::Status& status) {

@@ -129,6 +129,26 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
            .Register(r)
            .Add({});
 
+  http_requests_ = &BuildCounter()
+                        .Name("kvserve_http_requests_total")
+                        .Help(
+                            "HTTP API responses by status code (as they start; an SSE stream "
+                            "counts once, as 200).")
+                        .Register(r);
+  auto& accepted = BuildCounter()
+                       .Name("kvserve_api_requests_total")
+                       .Help(
+                           "Requests accepted into the engine queue, by API (grpc, http; an "
+                           "HTTP request with n choices counts n).")
+                       .Register(r);
+  accepted_[static_cast<int>(Api::kGrpc)] = &accepted.Add({{"api", "grpc"}});
+  accepted_[static_cast<int>(Api::kHttp)] = &accepted.Add({{"api", "http"}});
+  http_connections_ = &BuildGauge()
+                           .Name("kvserve_http_connections")
+                           .Help("Open HTTP API connections.")
+                           .Register(r)
+                           .Add({});
+
   preemptions_ = &BuildCounter()
                       .Name("kvserve_num_preemptions_total")
                       .Help("Requests preempted (their KV blocks dropped, to be recomputed).")
@@ -215,6 +235,14 @@ void ServerMetrics::OnStep(const scheduler::StepRecord& step) {
   step_tokens_->Observe(step.num_tokens);
   step_duration_->Observe(step.duration_s);
 }
+
+void ServerMetrics::OnHttpResponse(int status) {
+  http_requests_->Add({{"code", std::to_string(status)}}).Increment();
+}
+
+void ServerMetrics::OnAccepted(Api api) { accepted_[static_cast<int>(api)]->Increment(); }
+
+void ServerMetrics::OnHttpConnection(int delta) { http_connections_->Increment(delta); }
 
 void ServerMetrics::OnRejected(Rejection why) { rejected_[static_cast<int>(why)]->Increment(); }
 

@@ -27,6 +27,7 @@
 
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
+#include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -59,6 +60,14 @@ class ServerMetrics : public prometheus::Collectable {
   void OnOutput(const scheduler::RequestOutput& output);
   void OnStep(const scheduler::StepRecord& step);
   void OnRejected(Rejection why);
+  // The HTTP API (server/http/, its io threads): a response's status code
+  // as it starts, and connections opened (+1) and closed (-1).
+  void OnHttpResponse(int status);
+  // A request accepted into the engine queue, by frontend (an HTTP request
+  // with n choices is n engine requests).
+  enum class Api : int { kGrpc = 0, kHttp = 1 };
+  void OnAccepted(Api api);
+  void OnHttpConnection(int delta);
   // Stops reading the loop: later scrapes return the last values. After it
   // returns the loop may be destroyed.
   void Detach();
@@ -103,6 +112,11 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Histogram* queue_time_;
   prometheus::Histogram* prompt_len_;
   prometheus::Histogram* generation_len_;
+
+  // HTTP API.
+  prometheus::Family<prometheus::Counter>* http_requests_;  // labels are thread-safe to add
+  prometheus::Gauge* http_connections_;
+  std::array<prometheus::Counter*, 2> accepted_{};  // by Api
 
   // Per-step.
   prometheus::Histogram* step_tokens_;

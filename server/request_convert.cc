@@ -37,19 +37,9 @@ absl::Status ConvertStopping(const v1::StoppingParams& in, int32_t vocab_size,
     return s;
   }
   out->stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
-  if (in.stop_size() > kMaxStopStrings) {
-    return Invalid("stopping.stop", absl::StrCat("at most ", kMaxStopStrings, " stop strings, got ",
-                                                 in.stop_size()));
-  }
-  if (in.stop_size() > 0 && tokenizer == nullptr) {
-    return Invalid("stopping.stop", "the model has no tokenizer, so no text to match");
-  }
-  for (int i = 0; i < in.stop_size(); ++i) {
-    const std::string field = absl::StrCat("stopping.stop[", i, "]");
-    if (in.stop(i).empty()) return Invalid(field, "empty stop string");
-    if (absl::Status s = CheckLength(in.stop(i), field, kMaxStopStringBytes); !s.ok()) return s;
-    out->stop_strings.push_back(in.stop(i));
-  }
+  std::vector<std::string> stops(in.stop().begin(), in.stop().end());
+  if (absl::Status s = CheckStopStrings(stops, tokenizer, "stopping.stop"); !s.ok()) return s;
+  out->stop_strings = std::move(stops);
   return absl::OkStatus();
 }
 
@@ -86,13 +76,36 @@ absl::Status CheckUtf8(std::string_view text, std::string_view field) {
   return absl::OkStatus();
 }
 
-absl::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
-                           std::string_view field, int32_t vocab_size) {
-  for (int i = 0; i < ids.size(); ++i) {
+absl::Status CheckTokenIds(std::span<const int32_t> ids, std::string_view field,
+                           int32_t vocab_size) {
+  for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_size) {
       return Invalid(absl::StrCat(std::string(field), "[", i, "]"),
                      absl::StrCat("id ", ids[i], " outside the vocabulary [0, ", vocab_size, ")"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
+                           std::string_view field, int32_t vocab_size) {
+  return CheckTokenIds(std::span<const int32_t>(ids.data(), static_cast<size_t>(ids.size())), field,
+                       vocab_size);
+}
+
+absl::Status CheckStopStrings(std::span<const std::string> stops,
+                              const engine::Tokenizer* tokenizer, std::string_view field) {
+  if (stops.size() > static_cast<size_t>(kMaxStopStrings)) {
+    return Invalid(field,
+                   absl::StrCat("at most ", kMaxStopStrings, " stop strings, got ", stops.size()));
+  }
+  if (!stops.empty() && tokenizer == nullptr) {
+    return Invalid(field, "the model has no tokenizer, so no text to match");
+  }
+  for (size_t i = 0; i < stops.size(); ++i) {
+    const std::string name = absl::StrCat(std::string(field), "[", i, "]");
+    if (stops[i].empty()) return Invalid(name, "empty stop string");
+    if (absl::Status s = CheckLength(stops[i], name, kMaxStopStringBytes); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

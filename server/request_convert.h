@@ -1,5 +1,8 @@
 // Protobuf <-> native conversion for the v1 API. Protobuf types stop here
 // (docs/architecture.md): below server/ everything is scheduler/engine types.
+// The field checks that do not depend on protobuf (UTF-8, token ids, stop
+// strings, tokenization) are shared with the OpenAI HTTP API
+// (server/http/openai_protocol.cc), so both frontends refuse the same input.
 //
 // Validation split: this file checks what only the API knows (oneof presence,
 // string sizes and UTF-8, list lengths, token ids against the vocabulary) and
@@ -9,7 +12,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -45,6 +51,13 @@ absl::StatusOr<std::vector<int32_t>> TokenizeText(const engine::Tokenizer* token
                                                   bool add_special_tokens);
 absl::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
                            std::string_view field, int32_t vocab_size);
+absl::Status CheckTokenIds(std::span<const int32_t> ids, std::string_view field,
+                           int32_t vocab_size);
+// Stop strings, as both APIs take them: at most kMaxStopStrings, each
+// non-empty, valid UTF-8 and at most kMaxStopStringBytes; a model without a
+// tokenizer takes none. Errors name "<field>[i]".
+absl::Status CheckStopStrings(std::span<const std::string> stops,
+                              const engine::Tokenizer* tokenizer, std::string_view field);
 
 v1::FinishReason ToProto(scheduler::FinishReason reason);
 

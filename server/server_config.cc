@@ -36,6 +36,8 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   for (absl::Status s : {
            CheckRange("port", c.port, 0, 65535),
            CheckRange("metrics_port", c.metrics_port, 0, 65535),
+           CheckRange("http_port", c.http_port, -1, 65535),
+           CheckRange("http_io_threads", c.http_io_threads, 1, 64),
            CheckRange("num_kv_blocks", c.num_kv_blocks, 0, 1 << 24),
            CheckRange<int64_t>("kv_cache_memory_mb", c.kv_cache_memory_mb, 1, int64_t{1} << 24),
            CheckRange("block_size", c.block_size, 1, 256),
@@ -79,6 +81,11 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   }
   if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
     return Bad("tls_client_ca_file", "mTLS needs --tls_cert_file and --tls_key_file too");
+  }
+  if (c.http_port != 0 && !c.tls_cert_file.empty()) {
+    return Bad("http_port",
+               "the HTTP API has no TLS yet; serve it behind a TLS-terminating proxy and run "
+               "without --tls_cert_file, or leave --http_port at 0");
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,13 @@ struct ServerConfig {
   int32_t port = 50051;  // 0: an ephemeral port, printed in the ready line
   std::string metrics_host = "0.0.0.0";
   int32_t metrics_port = 9400;  // 0: ephemeral
+  // The OpenAI-compatible HTTP API on --host: 0 off (the default), -1 an
+  // ephemeral port (printed in the ready line), else the port.
+  int32_t http_port = 0;
+  int32_t http_io_threads = 2;
+  // A Jinja chat template file for /v1/chat/completions, instead of the
+  // checkpoint's (empty: the checkpoint's, if any).
+  std::string chat_template;
 
   std::string model = "builtin:tiny";
   std::string backend = "auto";  // auto | cpu | cuda

@@ -1,4 +1,4 @@
-// ServingState: what every RPC handler shares. Owned by the daemon's main;
+// ServingState: what every RPC handler (and HTTP endpoint) shares. Owned by the daemon's main;
 // outlives the gRPC server (main shuts the server down first).
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 #include "engine/model.h"
 #include "kvserve/v1/kvserve.pb.h"
@@ -15,6 +16,9 @@
 #include "server/metrics.h"
 
 namespace kvserve::server {
+
+// One log line for a finished request (both APIs; --log_requests). Any thread.
+void LogFinished(const std::string& request_id, const scheduler::RequestOutput& out);
 
 class ServingState {
  public:

@@ -134,6 +134,57 @@ def generate_requests() -> dict[str, bytes]:
             "all_fields": b"\x00" + full.SerializeToString()}
 
 
+def openai_requests() -> dict[str, bytes]:
+    """Bodies the openai client sends (captured by a mock transport), plus the
+    vLLM extensions; first byte: endpoint (0 completions, 1 chat, 2 /tokenize,
+    3 /detokenize) | 4 when a chat template is loaded."""
+    import httpx2  # noqa: PLC0415 (the openai client's HTTP library)
+    import openai  # noqa: PLC0415
+
+    bodies: list[bytes] = []
+
+    def capture(request):
+        bodies.append(request.content)
+        return httpx2.Response(400, json={"error": {"message": "seed"}})
+
+    client = openai.OpenAI(base_url="http://seed/v1", api_key="k", max_retries=0,
+                           http_client=httpx2.Client(transport=httpx2.MockTransport(capture)))
+    calls = [
+        (0, "completion", lambda: client.completions.create(
+            model="builtin:tiny", prompt="Hello", max_tokens=8, temperature=0.7, top_p=0.9,
+            seed=3, n=2, logprobs=2, stop=["\n", "END"], presence_penalty=0.1,
+            frequency_penalty=0.2, echo=False, user="u",
+            extra_body={"top_k": 5, "min_p": 0.05, "repetition_penalty": 1.1,
+                        "ignore_eos": True, "min_tokens": 1})),
+        (0, "completion_stream", lambda: client.completions.create(
+            model="builtin:tiny", prompt=[[1, 72, 105], [256, 104]], max_tokens=4, stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True})),
+        (4 | 1, "chat", lambda: client.chat.completions.create(
+            model="builtin:tiny", max_completion_tokens=6, logprobs=True, top_logprobs=3,
+            messages=[{"role": "system", "content": "Be brief."},
+                      {"role": "user", "content": [{"type": "text", "text": "héllo"}]}])),
+        (4 | 1, "chat_stream", lambda: client.chat.completions.create(
+            model="builtin:tiny", stream=True, stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": "hi"}], temperature=0, n=3, stop="x")),
+        (1, "chat_no_template", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=[{"role": "user", "content": "hi"}])),
+    ]
+    out = {}
+    for flags, name, call in calls:
+        try:
+            call()
+        except openai.BadRequestError:
+            pass
+        out[name] = bytes([flags]) + bodies[-1]
+    out["tokenize"] = b"\x02" + json.dumps({"prompt": "hi", "add_special_tokens": False}).encode()
+    out["tokenize_chat"] = b"\x06" + json.dumps(
+        {"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True}).encode()
+    out["detokenize"] = b"\x03" + json.dumps({"tokens": [104, 105, 256]}).encode()
+    out["nulls"] = b"\x00" + json.dumps({"prompt": "x", "n": None, "stop": None,
+                                          "future": {"a": [1]}}).encode()
+    return out
+
+
 def main() -> None:
     for name, text in configs().items():
         write("config_json", name, text)
@@ -175,6 +226,8 @@ def main() -> None:
 
     for name, data in generate_requests().items():
         write("generate_request", name, data)
+    for name, data in openai_requests().items():
+        write("openai_request", name, data)
 
     # The Hub chat templates the oracle test renders, over a conversation.
     sys.path.insert(0, str(ROOT / "tests" / "oracle"))

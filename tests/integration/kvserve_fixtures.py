@@ -43,6 +43,8 @@ PROTO_FILE = "kvserve/v1/kvserve.proto"
 
 SERVICE = "kvserve.v1.KvServe"
 READY_RE = re.compile(r"kvserve ready grpc=(\S+):(\d+) metrics=(\S+):(\d+)")
+# The ready line ends with " http=host:port" when --http_port is set.
+HTTP_READY_RE = re.compile(r"kvserve ready .* http=(\S+):(\d+)")
 READY_TIMEOUT_S = 120.0  # safety net: builtin:tiny is ready in well under a second
 STOP_TIMEOUT_S = 30.0
 
@@ -217,6 +219,7 @@ class Daemon:
     stdout_path: Path
     stderr_path: Path
     args: list[str]
+    http_url: str | None = None  # "http://host:port" of the OpenAI API (--http_port)
     _channels: list = field(default_factory=list)
 
     # -- gRPC ---------------------------------------------------------------
@@ -348,7 +351,9 @@ def start_daemon(tmp_dir: Path, *flags: str, model: str = "builtin:tiny",
         time.sleep(0.02)
     grpc_host, grpc_port, metrics_host, metrics_port = m.groups()
     assert int(grpc_port) > 0 and int(metrics_port) > 0, m.group(0)
+    http = HTTP_READY_RE.search(m.string)
     return Daemon(
+        http_url=f"http://{http.group(1)}:{http.group(2)}" if http else None,
         process=proc,
         grpc_address=f"{grpc_host}:{grpc_port}",
         metrics_url=f"http://{metrics_host}:{metrics_port}/metrics",

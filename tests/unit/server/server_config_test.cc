@@ -39,6 +39,25 @@ TEST(ServerConfig, BadValuesNameTheFlag) {
   EXPECT_NE(Error(c).find("--drain_timeout_s"), std::string::npos);
 }
 
+TEST(ServerConfig, HttpPort) {
+  ServerConfig c;
+  for (int port : {-1, 0, 8000}) {
+    c.http_port = port;
+    EXPECT_EQ(Error(c), "") << port;
+  }
+  c.http_port = -2;
+  EXPECT_EQ(Error(c), "--http_port: must be in [-1, 65535], got -2");
+  c = ServerConfig{};
+  c.http_io_threads = 0;
+  EXPECT_NE(Error(c).find("--http_io_threads"), std::string::npos);
+  // No TLS on the HTTP port yet: refused rather than served in clear text.
+  c = ServerConfig{};
+  c.http_port = 8000;
+  c.tls_cert_file = "cert.pem";
+  c.tls_key_file = "key.pem";
+  EXPECT_NE(Error(c).find("--http_port: the HTTP API has no TLS"), std::string::npos);
+}
+
 TEST(ServerConfig, KvCacheDtype) {
   ServerConfig c;
   for (const char* ok : {"auto", "bfloat16", "float16", "fp8_e4m3", "int8", "int4", "fp4_e2m1"}) {

@@ -1,0 +1,283 @@
+#include "server/http/openai_generation.h"
+
+#include <chrono>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kvserve::server::http {
+namespace {
+
+uint64_t RandomU64() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+std::string RandomId(std::string_view prefix) {
+  return absl::StrCat(std::string(prefix), absl::StrFormat("%016x%016x", RandomU64(), RandomU64()));
+}
+
+Rejection RejectionOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kResourceExhausted:
+      return Rejection::kQueueFull;
+    case absl::StatusCode::kUnavailable:
+      return Rejection::kUnavailable;
+    default:
+      return Rejection::kInvalidArgument;
+  }
+}
+
+// The error a choice that finished without stop/length ends the call with.
+absl::Status FinishError(const scheduler::RequestOutput& out) {
+  using scheduler::FinishReason;
+  switch (out.finish_reason) {
+    case FinishReason::kAborted:
+      return absl::UnavailableError("the request was aborted: the server is shutting down");
+    case FinishReason::kExpired:
+      return absl::DeadlineExceededError("the deadline passed before the request finished");
+    case FinishReason::kRejected:
+      return out.status.ok() ? absl::InternalError("the request was rejected") : out.status;
+    default:
+      return absl::InternalError(out.status.ok() ? std::string("the model step failed")
+                                                 : std::string(out.status.message()));
+  }
+}
+
+}  // namespace
+
+GenerationCall::GenerationCall(ServingState& state, const ModelContext& model,
+                               GenerationRequest request, HttpChannel& channel)
+    : state_(state),
+      model_(model),
+      request_(std::move(request)),
+      channel_(channel),
+      chat_(request_.endpoint == Endpoint::kChat),
+      choices_(static_cast<size_t>(request_.num_choices())) {
+  state_.StreamStarted();
+  meta_.id = RandomId(chat_ ? "chatcmpl-" : "cmpl-");
+  meta_.created = std::chrono::duration_cast<std::chrono::seconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  meta_.model = model_.model_name;
+}
+
+GenerationCall::~GenerationCall() {
+  AbortUnfinished();  // the connection went away without OnDisconnect (server stop)
+  state_.StreamDone();
+}
+
+std::shared_ptr<GenerationCall> GenerationCall::Start(ServingState& state,
+                                                      const ModelContext& model,
+                                                      GenerationRequest request,
+                                                      HttpChannel& channel) {
+  auto call = std::make_shared<GenerationCall>(state, model, std::move(request), channel);
+  const uint64_t random_seed = RandomU64();
+  const Poster poster = channel.poster();
+  const std::weak_ptr<GenerationCall> weak = call;
+  const std::string prompt_param = call->chat_ ? "messages" : "prompt";
+  for (int32_t c = 0; c < call->request_.num_choices(); ++c) {
+    // Engine loop thread: metrics and the log line, then hand the output to
+    // the connection's strand.
+    scheduler::OutputCallback callback = [&state, poster, weak, c,
+                                          log_id = call->meta_.id](scheduler::RequestOutput&& out) {
+      state.metrics().OnOutput(out);
+      if (out.finished && state.log_requests()) LogFinished(absl::StrCat(log_id, "-", c), out);
+      poster([weak, c, out = std::move(out)]() mutable {
+        if (std::shared_ptr<GenerationCall> self = weak.lock()) self->OnOutput(c, std::move(out));
+      });
+    };
+    absl::StatusOr<scheduler::RequestId> id =
+        state.loop().Submit(call->request_.ParamsFor(c, random_seed), std::move(callback));
+    if (!id.ok()) {
+      state.metrics().OnRejected(RejectionOf(id.status()));
+      const ApiError error = ToApiError(id.status(), prompt_param);
+      call->AbortUnfinished();
+      call->done_ = true;
+      channel.Respond(error.http_status, "application/json", Dump(ErrorJson(error)));
+      return nullptr;
+    }
+    state.metrics().OnAccepted(ServerMetrics::Api::kHttp);
+    call->choices_[static_cast<size_t>(c)].engine_id = *id;
+    call->choices_[static_cast<size_t>(c)].submitted = true;
+  }
+  if (call->request_.stream) {
+    channel.BeginEventStream();
+    for (int32_t c = 0; c < call->request_.num_choices(); ++c) {
+      Json choice = Json::object();
+      choice["index"] = c;
+      if (call->chat_) {
+        choice["delta"] = Json{{"role", "assistant"}, {"content", ""}};
+      } else if (call->request_.echo) {
+        choice["text"] = call->request_.echo_texts[static_cast<size_t>(c / call->request_.n)];
+      } else {
+        continue;  // completions send nothing before the first token
+      }
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = nullptr;
+      call->SendChunk(Json::array({std::move(choice)}), std::nullopt);
+    }
+  }
+  return call;
+}
+
+void GenerationCall::OnDisconnect() {
+  done_ = true;
+  AbortUnfinished();
+}
+
+void GenerationCall::AbortUnfinished() {
+  for (Choice& choice : choices_) {
+    if (choice.submitted && !choice.finished) {
+      choice.finished = true;  // its final output, if any, is dropped
+      state_.loop().Abort(choice.engine_id);
+    }
+  }
+}
+
+void GenerationCall::OnOutput(int32_t c, scheduler::RequestOutput&& out) {
+  if (done_ || channel_.closed()) return;
+  Choice& choice = choices_[static_cast<size_t>(c)];
+  if (choice.finished) return;
+  choice.completion_tokens += static_cast<int32_t>(out.token_ids.size());
+  if (out.finished) {
+    std::optional<std::string> reason = FinishReasonString(out.finish_reason);
+    if (!reason.has_value()) return Fail(FinishError(out));
+    choice.finished = true;
+    choice.finish_reason = *reason;
+    choice.usage = out.usage;
+    ++num_finished_;
+  }
+  if (request_.stream) {
+    StreamChunk(c, out);
+  } else {
+    choice.text += out.text;
+    if (request_.logprobs && !out.logprobs.empty()) {
+      if (chat_) {
+        if (choice.logprobs.is_null()) choice.logprobs = Json::array();
+        for (Json& e : ChatLogprobContent(out.logprobs, model_.tokenizer)) {
+          choice.logprobs.push_back(std::move(e));
+        }
+      } else {
+        AppendCompletionLogprobs(
+            CompletionLogprobs(out.logprobs, model_.tokenizer, &choice.text_offset),
+            &choice.logprobs);
+      }
+    }
+  }
+  if (num_finished_ == request_.num_choices()) Complete();
+}
+
+void GenerationCall::StreamChunk(int32_t c, const scheduler::RequestOutput& out) {
+  const Choice& choice = choices_[static_cast<size_t>(c)];
+  const bool has_logprobs = request_.logprobs && !out.logprobs.empty();
+  if (out.text.empty() && !has_logprobs && !out.finished) return;
+  Json entry = Json::object();
+  entry["index"] = c;
+  if (chat_) {
+    entry["delta"] = out.text.empty() ? Json::object() : Json{{"content", out.text}};
+    entry["logprobs"] = has_logprobs
+                            ? Json{{"content", ChatLogprobContent(out.logprobs, model_.tokenizer)}}
+                            : Json();
+  } else {
+    entry["text"] = out.text;
+    entry["logprobs"] = has_logprobs
+                            ? CompletionLogprobs(out.logprobs, model_.tokenizer,
+                                                 &choices_[static_cast<size_t>(c)].text_offset)
+                            : Json();
+  }
+  entry["finish_reason"] = out.finished ? Json(choice.finish_reason) : Json();
+  std::optional<Json> usage;
+  if (request_.continuous_usage) usage = ChoiceUsage(c);
+  SendChunk(Json::array({std::move(entry)}), std::move(usage));
+}
+
+void GenerationCall::SendChunk(Json choices, std::optional<Json> usage) {
+  Json chunk = Envelope(meta_, chat_ ? "chat.completion.chunk" : "text_completion");
+  chunk["choices"] = std::move(choices);
+  if (usage.has_value()) {
+    chunk["usage"] = *std::move(usage);
+  } else if (request_.include_usage) {
+    chunk["usage"] = nullptr;  // OpenAI: null on every chunk but the usage chunk
+  }
+  channel_.SendEvent(Dump(chunk));
+}
+
+Json GenerationCall::ChoiceUsage(int32_t c) const {
+  const Choice& choice = choices_[static_cast<size_t>(c)];
+  const size_t prompt = request_.prompts[static_cast<size_t>(c / request_.n)].size();
+  return UsageJson(static_cast<int64_t>(prompt), choice.completion_tokens,
+                   choice.usage.cached_prompt_tokens);
+}
+
+// Prompt tokens count once per prompt (not per sample), completion tokens
+// over every choice; cached tokens are those of each prompt's first sample.
+Json GenerationCall::TotalUsage() const {
+  int64_t prompt = 0;
+  int64_t completion = 0;
+  int64_t cached = 0;
+  for (size_t c = 0; c < choices_.size(); ++c) {
+    completion += choices_[c].completion_tokens;
+    if (c % static_cast<size_t>(request_.n) == 0) {
+      prompt += static_cast<int64_t>(request_.prompts[c / static_cast<size_t>(request_.n)].size());
+      cached += choices_[c].usage.cached_prompt_tokens;
+    }
+  }
+  return UsageJson(prompt, completion, cached);
+}
+
+Json GenerationCall::Response() const {
+  Json body = Envelope(meta_, chat_ ? "chat.completion" : "text_completion");
+  Json choices = Json::array();
+  for (size_t c = 0; c < choices_.size(); ++c) {
+    const Choice& choice = choices_[c];
+    Json entry = Json::object();
+    entry["index"] = c;
+    if (chat_) {
+      entry["message"] = Json{{"role", "assistant"}, {"content", choice.text}};
+      entry["logprobs"] =
+          choice.logprobs.is_null() && !request_.logprobs
+              ? Json()
+              : Json{{"content", choice.logprobs.is_null() ? Json::array() : choice.logprobs}};
+    } else {
+      entry["text"] = request_.echo
+                          ? request_.echo_texts[c / static_cast<size_t>(request_.n)] + choice.text
+                          : choice.text;
+      entry["logprobs"] = choice.logprobs;
+    }
+    entry["finish_reason"] = choice.finish_reason;
+    choices.push_back(std::move(entry));
+  }
+  body["choices"] = std::move(choices);
+  body["usage"] = TotalUsage();
+  return body;
+}
+
+void GenerationCall::Complete() {
+  done_ = true;
+  if (!request_.stream) {
+    channel_.Respond(200, "application/json", Dump(Response()));
+    return;
+  }
+  if (request_.include_usage) SendChunk(Json::array(), TotalUsage());
+  channel_.SendEvent("[DONE]");
+  channel_.EndEventStream();
+}
+
+void GenerationCall::Fail(const absl::Status& status) {
+  done_ = true;
+  AbortUnfinished();
+  const ApiError error = ToApiError(status, chat_ ? "messages" : "prompt");
+  if (!request_.stream) {
+    channel_.Respond(error.http_status, "application/json", Dump(ErrorJson(error)));
+    return;
+  }
+  // The status line (200) is gone: the error travels as an event.
+  channel_.SendEvent(Dump(ErrorJson(error)));
+  channel_.SendEvent("[DONE]");
+  channel_.EndEventStream();
+}
+
+}  // namespace kvserve::server::http
