@@ -219,6 +219,7 @@ int RunDaemon(const ServerConfig& config) {
                        .block_size = config.block_size,
                        .kv_cache_dtype = config.kv_cache_dtype,
                        .kv_cache_capacity_tokens = KvCapacityTokens(engine_config),
+                       .num_usable_kv_blocks = engine_config.num_blocks - 1,
                        .eos_token_ids = absl::StrJoin(model.config.eos_token_ids, ","),
                        .version = KVSERVE_VERSION},
       loop);

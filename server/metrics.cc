@@ -72,6 +72,17 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
             {"eos_token_ids", info.eos_token_ids},
             {"version", info.version}})
       .Set(1);
+  // The KV pool's shape under the label names vLLM's cache_config_info uses,
+  // which the Gateway API Inference Extension's endpoint picker reads
+  // (--cache-info-metric; deploy/k8s/inference-gateway).
+  BuildGauge()
+      .Name("kvserve_cache_config_info")
+      .Help("The KV cache pool's block size and block count as labels; the value is always 1.")
+      .Register(r)
+      .Add({{"block_size", std::to_string(info.block_size)},
+            {"num_gpu_blocks", std::to_string(info.num_usable_kv_blocks)},
+            {"cache_dtype", info.kv_cache_dtype}})
+      .Set(1);
 
   running_ = &BuildGauge()
                   .Name("kvserve_num_requests_running")
