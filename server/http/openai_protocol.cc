@@ -587,7 +587,12 @@ Json ErrorJson(const ApiError& error) {
 }
 
 std::string Dump(const Json& json) {
-  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+  // ensure_ascii: every non-ASCII character as a \uXXXX escape (as Python's
+  // json.dumps does by default). Clients that read SSE with str.splitlines
+  // semantics (httpx's aiter_lines: GuideLLM, ...) also break lines at U+0085,
+  // U+2028 and U+2029, so a raw one inside generated text would cut a data
+  // line in two; escaped, a body or data line is one line for every reader.
+  return json.dump(-1, ' ', /*ensure_ascii=*/true, Json::error_handler_t::replace);
 }
 
 }  // namespace kvserve::server::http

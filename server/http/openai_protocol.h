@@ -110,7 +110,9 @@ struct ApiError {
 ApiError ToApiError(const absl::Status& status, std::string_view prompt_param = "prompt");
 Json ErrorJson(const ApiError& error);  // {"error": {message, type, param, code}}
 
-// JSON text; invalid UTF-8 (never expected) is replaced, never thrown.
+// JSON text in ASCII (non-ASCII characters as \uXXXX escapes, so that no
+// reader splits an SSE data line at U+0085 / U+2028 / U+2029); invalid UTF-8
+// (never expected) is replaced, never thrown.
 std::string Dump(const Json& json);
 
 }  // namespace kvserve::server::http

@@ -18,7 +18,7 @@ TEST(OpenAiFormatTest, CompletionLogprobs) {
   const auto tokenizer = engine::MakeByteTokenizer();
   int64_t offset = 3;
   const Json lp = CompletionLogprobs(Logprobs(), tokenizer.get(), &offset);
-  EXPECT_EQ(Dump(lp), R"({"tokens":["h","�"],"token_logprobs":[-0.5,-2.0],)"
+  EXPECT_EQ(Dump(lp), R"({"tokens":["h","\ufffd"],"token_logprobs":[-0.5,-2.0],)"
                       R"("top_logprobs":[{"h":-0.5,"i":-1.0},{"a":-0.25}],"text_offset":[3,4]})");
   EXPECT_EQ(offset, 5);
   Json merged;
@@ -49,6 +49,18 @@ TEST(OpenAiFormatTest, UsageAndFinishReasons) {
   EXPECT_EQ(FinishReasonString(scheduler::FinishReason::kAborted), std::nullopt);
   EXPECT_EQ(FinishReasonString(scheduler::FinishReason::kError), std::nullopt);
   EXPECT_EQ(CodePoints("a\xC3\xA9\xE6\x97\xA5"), 3);
+}
+
+// Generated text may hold any character; httpx-based SSE readers (GuideLLM)
+// split lines at U+0085, U+2028 and U+2029 as str.splitlines does, so Dump
+// must never emit them raw: every body is ASCII and one line.
+TEST(OpenAiFormatTest, DumpIsOneAsciiLineWhateverTheText) {
+  Json chunk = Json::object();
+  chunk["text"] = "a\u2028b\u2029c\u0085d\u000be\u001cf\r\ng\u00e9\U0001F600";
+  const std::string text = Dump(chunk);
+  for (unsigned char c : text) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << text;
+  EXPECT_NE(text.find("\\u2028"), std::string::npos) << text;
+  EXPECT_EQ(Json::parse(text), chunk);
 }
 
 }  // namespace
