@@ -10,6 +10,21 @@
 
 namespace kvserve::kernels::internal {
 
+// Storage tags of the microkernel (gemm_microkernel_inl.h): the element type
+// of a packed matrix per WeightFormat. Ops::LoadW widens each exactly.
+struct F32W {
+  using T = float;
+};
+struct Bf16W {  // bf16 bit patterns
+  using T = uint16_t;
+};
+struct F16W {  // IEEE binary16 bit patterns
+  using T = uint16_t;
+};
+struct Int8W {  // symmetric int8 codes (the scale is applied after the k loop)
+  using T = int8_t;
+};
+
 // Tile shapes of the vector bodies (see gemm_microkernel_inl.h). Shared with
 // the tests, which run the AVX-512 tiling through emulated 16-lane vectors on
 // machines without AVX-512.
