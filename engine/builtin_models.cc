@@ -1,12 +1,14 @@
 #include "engine/builtin_models.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kvserve::engine {
@@ -107,8 +109,8 @@ float HashUniform(uint64_t seed, uint64_t tensor, uint64_t index) {
 
 class BuiltinCheckpoint final : public SafetensorsCheckpoint {
  public:
-  BuiltinCheckpoint(const ModelConfig& c, uint64_t seed) {
-    for (const BuiltinTensorSpec& spec : BuiltinTensorSpecs(c)) Add(spec, seed);
+  BuiltinCheckpoint(const ModelConfig& c, uint64_t seed, DType dtype) {
+    for (const BuiltinTensorSpec& spec : BuiltinTensorSpecs(c)) Add(spec, seed, dtype);
   }
 
   absl::StatusOr<const TensorInfo*> Find(std::string_view name) const override {
@@ -130,29 +132,37 @@ class BuiltinCheckpoint final : public SafetensorsCheckpoint {
 
  private:
   struct Tensor {
-    std::vector<float> values;
+    std::vector<uint8_t> bytes;  // little-endian elements of info.dtype
     TensorInfo info;
   };
 
-  void Add(const BuiltinTensorSpec& spec, uint64_t seed) {
+  void Add(const BuiltinTensorSpec& spec, uint64_t seed, DType dtype) {
     const uint64_t tensor_index = spec.index;
     const float scale = spec.scale, offset = spec.offset;
     int64_t count = 1;
     for (int64_t d : spec.shape) count *= d;
     Tensor& t = tensors_[spec.name];
-    t.values.resize(count);
-    float* out = t.values.data();
+    const size_t elem = dtype == DType::kF32 ? 4 : 2;
+    t.bytes.resize(static_cast<size_t>(count) * elem);
+    uint8_t* out = t.bytes.data();
     kernels::ThreadPool::Default().ParallelFor(count, 1 << 16, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        out[i] = offset + scale * HashUniform(seed, tensor_index, static_cast<uint64_t>(i));
+        const float v = offset + scale * HashUniform(seed, tensor_index, static_cast<uint64_t>(i));
+        if (dtype == DType::kF32) {
+          std::memcpy(out + i * 4, &v, 4);
+        } else {
+          const uint16_t h =
+              dtype == DType::kBF16 ? kernels::FloatToBf16(v) : kernels::FloatToHalf(v);
+          std::memcpy(out + i * 2, &h, 2);
+        }
       }
     });
     t.info = TensorInfo{.name = spec.name,
                         .file = "builtin",
-                        .dtype = DType::kF32,
+                        .dtype = dtype,
                         .shape = spec.shape,
-                        .data = reinterpret_cast<const uint8_t*>(t.values.data()),
-                        .num_bytes = t.values.size() * sizeof(float)};
+                        .data = t.bytes.data(),
+                        .num_bytes = t.bytes.size()};
   }
 
   std::map<std::string, Tensor> tensors_;
@@ -260,8 +270,8 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
 }
 
 std::unique_ptr<SafetensorsCheckpoint> MakeBuiltinCheckpoint(const ModelConfig& config,
-                                                             uint64_t seed) {
-  return std::make_unique<BuiltinCheckpoint>(config, seed);
+                                                             uint64_t seed, DType dtype) {
+  return std::make_unique<BuiltinCheckpoint>(config, seed, dtype);
 }
 
 }  // namespace kvserve::engine

@@ -58,7 +58,13 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name);
 // A checkpoint whose tensors (transformers names, fp32) are generated from
 // `seed`: element i of tensor t is a counter-based hash of (seed, t, i), so
 // generation order and thread count do not matter.
+//
+// dtype kBF16 / kF16: every tensor holds the fp32 value rounded to nearest
+// even in that format, generated straight into 16-bit storage (no fp32 copy
+// of the model exists). These are other models than the fp32 one: a 16-bit
+// checkpoint, as Hugging Face ships most.
 std::unique_ptr<SafetensorsCheckpoint> MakeBuiltinCheckpoint(const ModelConfig& config,
-                                                             uint64_t seed);
+                                                             uint64_t seed,
+                                                             DType dtype = DType::kF32);
 
 }  // namespace kvserve::engine

@@ -59,6 +59,12 @@ class SafetensorsCheckpoint {
   virtual bool Contains(std::string_view name) const = 0;
   virtual std::vector<std::string> TensorNames() const = 0;
 
+  // Find, after checking the tensor's shape equals expected_shape
+  // (InvalidArgument naming tensor, file and both shapes otherwise). The
+  // caller reads TensorInfo::data in its own dtype (16-bit weights).
+  absl::StatusOr<const TensorInfo*> FindWithShape(std::string_view name,
+                                                  std::span<const int64_t> expected_shape) const;
+
   // Converts the tensor to fp32 into out (product(expected_shape) floats) after
   // checking its shape equals expected_shape (InvalidArgument naming tensor,
   // file and both shapes otherwise). Single-threaded, memory-bound.
