@@ -232,13 +232,16 @@ bool IsDeviceOnlyBuiltin(std::string_view name) { return name == "llama3-8b"; }
 absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
   if (name == "tiny") return TinyLlama();
   ModelConfig c = ByteLevelLlama();
-  if (name == "small") {
+  if (name == "small" || name == "small-49k") {
     c.hidden_size = 576;
     c.intermediate_size = 1536;
     c.num_layers = 30;
     c.num_heads = 9;
     c.num_kv_heads = 3;
     c.head_dim = 64;
+    // SmolLM-135M's vocabulary size (the byte tokenizer only produces ids
+    // < 258; ids past it decode to nothing): its lm_head's share of a step.
+    if (name == "small-49k") c.vocab_size = 49152;
   } else if (name == "llama3-8b") {
     // The Meta-Llama-3-8B shape (vocabulary included: the byte tokenizer
     // only ever produces ids < 258, and ids past it decode to nothing).
@@ -262,9 +265,9 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
   } else if (name.starts_with("tiny-")) {
     return TinyOfFamily(name);
   } else {
-    return absl::NotFoundError(absl::StrCat("unknown builtin model \"", std::string(name),
-                                            "\" (builtin models: tiny, small, llama3-8b, ",
-                                            kTinyFamilies, ")"));
+    return absl::NotFoundError(absl::StrCat(
+        "unknown builtin model \"", std::string(name),
+        "\" (builtin models: tiny, small, small-49k, llama3-8b, ", kTinyFamilies, ")"));
   }
   return c;
 }

@@ -11,6 +11,8 @@
 //   builtin:small  30 layers, hidden 576, 9 heads / 3 KV heads, MLP 1536 (the
 //                  SmolLM-135M shape with a 258-token vocabulary, ~106M
 //                  parameters): benchmarks
+//   builtin:small-49k  builtin:small with SmolLM-135M's 49152-token vocabulary
+//                  (tied; ~134M parameters): weight-format benchmarks
 //   builtin:llama3-8b  the Meta-Llama-3-8B shape (32 layers, hidden 4096,
 //                  32 / 8 heads, MLP 14336, vocabulary 128256, llama3 rope,
 //                  untied lm_head; 8.0B parameters): GPU benchmarks only.
