@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -107,27 +109,39 @@ float HashUniform(uint64_t seed, uint64_t tensor, uint64_t index) {
   return static_cast<float>(static_cast<double>(h >> 40) / static_cast<double>(1ULL << 23) - 1.0);
 }
 
+// Tensors are generated when first found and freed when released
+// (SafetensorsCheckpoint::Release: LoadWeights releases each once packed),
+// so loading holds the packed weights plus about one generated matrix, never
+// a generated copy of the whole model.
 class BuiltinCheckpoint final : public SafetensorsCheckpoint {
  public:
-  BuiltinCheckpoint(const ModelConfig& c, uint64_t seed, DType dtype) {
-    for (const BuiltinTensorSpec& spec : BuiltinTensorSpecs(c)) Add(spec, seed, dtype);
+  BuiltinCheckpoint(const ModelConfig& c, uint64_t seed, DType dtype) : seed_(seed), dtype_(dtype) {
+    for (BuiltinTensorSpec& spec : BuiltinTensorSpecs(c)) {
+      std::string name = spec.name;
+      specs_.emplace(std::move(name), std::move(spec));
+    }
   }
 
   absl::StatusOr<const TensorInfo*> Find(std::string_view name) const override {
-    auto it = tensors_.find(std::string(name));
-    if (it == tensors_.end()) {
+    auto spec = specs_.find(std::string(name));
+    if (spec == specs_.end()) {
       return absl::NotFoundError(
           absl::StrCat("tensor \"", std::string(name), "\" not found in builtin model"));
     }
-    return &it->second.info;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tensors_.find(spec->first);
+    if (it == tensors_.end()) it = tensors_.emplace(spec->first, Generate(spec->second)).first;
+    return &it->second->info;
   }
-  bool Contains(std::string_view name) const override {
-    return tensors_.contains(std::string(name));
-  }
+  bool Contains(std::string_view name) const override { return specs_.contains(std::string(name)); }
   std::vector<std::string> TensorNames() const override {
     std::vector<std::string> names;
-    for (const auto& [name, t] : tensors_) names.push_back(name);
+    for (const auto& entry : specs_) names.push_back(entry.first);
     return names;
+  }
+  void Release(std::string_view name) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    tensors_.erase(std::string(name));
   }
 
  private:
@@ -136,15 +150,16 @@ class BuiltinCheckpoint final : public SafetensorsCheckpoint {
     TensorInfo info;
   };
 
-  void Add(const BuiltinTensorSpec& spec, uint64_t seed, DType dtype) {
-    const uint64_t tensor_index = spec.index;
+  std::unique_ptr<Tensor> Generate(const BuiltinTensorSpec& spec) const {
+    const uint64_t tensor_index = spec.index, seed = seed_;
     const float scale = spec.scale, offset = spec.offset;
+    const DType dtype = dtype_;
     int64_t count = 1;
     for (int64_t d : spec.shape) count *= d;
-    Tensor& t = tensors_[spec.name];
+    auto t = std::make_unique<Tensor>();
     const size_t elem = dtype == DType::kF32 ? 4 : 2;
-    t.bytes.resize(static_cast<size_t>(count) * elem);
-    uint8_t* out = t.bytes.data();
+    t->bytes.resize(static_cast<size_t>(count) * elem);
+    uint8_t* out = t->bytes.data();
     kernels::ThreadPool::Default().ParallelFor(count, 1 << 16, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const float v = offset + scale * HashUniform(seed, tensor_index, static_cast<uint64_t>(i));
@@ -157,15 +172,21 @@ class BuiltinCheckpoint final : public SafetensorsCheckpoint {
         }
       }
     });
-    t.info = TensorInfo{.name = spec.name,
-                        .file = "builtin",
-                        .dtype = dtype,
-                        .shape = spec.shape,
-                        .data = t.bytes.data(),
-                        .num_bytes = t.bytes.size()};
+    t->info = TensorInfo{.name = spec.name,
+                         .file = "builtin",
+                         .dtype = dtype,
+                         .shape = spec.shape,
+                         .data = t->bytes.data(),
+                         .num_bytes = t->bytes.size()};
+    return t;
   }
 
-  std::map<std::string, Tensor> tensors_;
+  uint64_t seed_;
+  DType dtype_;
+  std::map<std::string, BuiltinTensorSpec> specs_;
+  mutable std::mutex mu_;
+  // Generated and not yet released (a TensorInfo stays put until then).
+  mutable std::map<std::string, std::unique_ptr<Tensor>> tensors_;
 };
 
 }  // namespace

@@ -23,6 +23,7 @@ absl::StatusOr<AlignedBuffer> ReadVector(const SafetensorsCheckpoint& ckpt, cons
   AlignedBuffer out(size);
   const int64_t shape[] = {size};
   if (absl::Status s = ckpt.ReadF32(name, shape, out.data()); !s.ok()) return s;
+  ckpt.Release(name);
   return out;
 }
 
@@ -67,10 +68,23 @@ WeightFormat TargetFormat(const WeightOptions& o, const std::vector<const Tensor
 // them in the format `o` asks for (quantize: int8 applies to this matrix).
 // A 16-bit checkpoint kept in its own format is packed from its bits, never
 // widened; otherwise the rows pass through one fp32 buffer of this matrix.
+absl::StatusOr<PackedMatrix> PackTensors(const SafetensorsCheckpoint& ckpt,
+                                         const std::vector<std::pair<std::string, int64_t>>& names,
+                                         int64_t cols, const WeightOptions& o, bool quantize);
+
+// PackTensors, then releases the tensors (SafetensorsCheckpoint::Release).
 absl::StatusOr<PackedMatrix> ReadPacked(const SafetensorsCheckpoint& ckpt,
                                         const std::vector<std::pair<std::string, int64_t>>& names,
                                         int64_t cols, const WeightOptions& o,
                                         bool quantize = true) {
+  absl::StatusOr<PackedMatrix> packed = PackTensors(ckpt, names, cols, o, quantize);
+  for (const auto& entry : names) ckpt.Release(entry.first);
+  return packed;
+}
+
+absl::StatusOr<PackedMatrix> PackTensors(const SafetensorsCheckpoint& ckpt,
+                                         const std::vector<std::pair<std::string, int64_t>>& names,
+                                         int64_t cols, const WeightOptions& o, bool quantize) {
   int64_t total_rows = 0;
   std::vector<const TensorInfo*> tensors;
   for (const auto& [name, rows] : names) {

@@ -4,12 +4,14 @@
 //   - int8 weight-only quantization against the fp32 weights on builtin:small,
 //     teacher-forced over 2,048 tokens: top-1 agreement, KL and |delta log p|
 //     within the bounds below (docs/engine.md has the measured table);
-//   - the bytes held per format.
+//   - the bytes held per format; builtin checkpoints generated tensor by tensor.
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "engine/builtin_models.h"
+#include "kernels/cpu/kv_quant.h"
 #include "tests/unit/engine/engine_test_util.h"
 
 namespace kvserve::engine::testing {
@@ -91,6 +93,31 @@ TEST(WeightFormatsTest, TiedEmbeddingIsStoredOnce) {
   EXPECT_EQ(q_tied->weights.lm_head.format, WeightFormat::kInt8);
   EXPECT_EQ(q_untied->weights.lm_head.format, WeightFormat::kInt8);
   EXPECT_EQ(q_untied->weights.embed_tokens.format, WeightFormat::kF32);
+}
+
+// Builtin checkpoints generate a tensor when found and free it when released
+// (so loading never holds a generated copy of the whole model); a released
+// tensor found again is the same. A 16-bit builtin is the fp32 one rounded.
+TEST(WeightFormatsTest, BuiltinCheckpointGeneratesOnFindAndFreesOnRelease) {
+  auto config = BuiltinModelConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  auto f32 = MakeBuiltinCheckpoint(*config, kBuiltinSeed, DType::kF32);
+  auto bf16 = MakeBuiltinCheckpoint(*config, kBuiltinSeed, DType::kBF16);
+  const std::string name = "model.layers.1.mlp.down_proj.weight";
+  const int64_t shape[] = {config->hidden_size, config->intermediate_size};
+  const size_t count = static_cast<size_t>(shape[0] * shape[1]);
+  std::vector<float> first(count), again(count), rounded(count);
+  ASSERT_TRUE(f32->ReadF32(name, shape, first.data()).ok());
+  f32->Release(name);
+  ASSERT_TRUE(f32->ReadF32(name, shape, again.data()).ok());
+  EXPECT_TRUE(BitEqual(first, again));
+  ASSERT_TRUE(bf16->ReadF32(name, shape, rounded.data()).ok());
+  auto info = bf16->Find(name);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ((*info)->dtype, DType::kBF16);
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_EQ(rounded[i], kernels::Bf16ToFloat(kernels::FloatToBf16(first[i]))) << i;
+  }
 }
 
 constexpr int kTokens = 2048;
