@@ -1,4 +1,4 @@
-// Runs the AVX-512 tiling (12 x 2 tiles, 128-step k-blocks, 4/3/2-panel
+// Runs the AVX-512 tiling (12 x 2 tiles, 128-step k-blocks, 8/4/3/2-panel
 // leftovers; gemm_internal.h) on 16-lane vectors emulated with AVX2 pairs, for
 // every weight format (the 16-bit and int8 widening as pairs of 8-lane ones), so
 // the AVX-512 body's loop structure is checked bit for bit on machines
