@@ -34,7 +34,7 @@ enum class WeightDtype {
   kAuto,      // as the checkpoint stores each matrix: bf16 / fp16 stay 16-bit
   kFloat32,   // widened to fp32
   kBfloat16,  // bf16 (fp32 tensors rounded to nearest even)
-  kFloat16,   // fp16 (likewise)
+  kFloat16,   // fp16 (likewise; an fp32 weight beyond +-65504 becomes inf)
 };
 enum class Quantization {
   kNone,
