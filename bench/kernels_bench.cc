@@ -18,6 +18,7 @@
 #include <ctime>
 #include <functional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -174,10 +175,10 @@ double GemmGflops(int64_t m, int64_t n, int64_t k, ThreadPool* pool, Timer timer
 // m = 1 over `count` distinct n x k matrices in turn (their total far beyond
 // L3, as the layers of a model are); returns bytes of W read per second.
 double GemvBytesPerSecond(int64_t n, int64_t k, int count, ThreadPool* pool,
-                          Timer timer = Timer::kWall) {
+                          Timer timer = Timer::kWall, WeightFormat format = WeightFormat::kF32) {
   std::vector<float> w = Random(n * k, 4), x = Random(k, 5);
   std::vector<PackedMatrix> mats(count);
-  for (PackedMatrix& mat : mats) mat = PackWeights(w.data(), n, k);
+  for (PackedMatrix& mat : mats) mat = PackWeights(w.data(), n, k, format);
   std::vector<float> y(static_cast<size_t>(n));
   double t = BestTime(
       5,
@@ -188,7 +189,7 @@ double GemvBytesPerSecond(int64_t n, int64_t k, int count, ThreadPool* pool,
         }
       },
       timer);
-  double bytes = static_cast<double>(mats[0].data.size()) * sizeof(float) * count;
+  double bytes = static_cast<double>(mats[0].StorageBytes()) * count;
   return bytes / t;
 }
 
@@ -316,6 +317,17 @@ int Main() {
     worst_gemv1 = std::min(worst_gemv1, b1 / copy1);
     std::printf("    %-28s | %8.2f %7.1f%% | %8.2f %7.1f%%\n", c.name, b / 1e9, 100 * b / copy,
                 b1 / 1e9, 100 * b1 / copy1);
+  }
+  // The same GEMV with 16-bit and int8 weights (widened in registers): as
+  // many matrices of each, 4x / 2x as many for the narrower formats, so W
+  // stays far beyond L3; the bytes are the narrow ones read.
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8}) {
+    const int count = static_cast<int>(64 * 4 / WeightFormatBytes(f));
+    const double b = GemvBytesPerSecond(1536, 576, count, &pool, Timer::kWall, f);
+    const double b1 = GemvBytesPerSecond(1536, 576, count, nullptr, Timer::kThreadCpu, f);
+    std::printf("    %-28s | %8.2f %7.1f%% | %8.2f %7.1f%%\n",
+                (std::string(WeightFormatName(f)) + " 1536x576 x" + std::to_string(count)).c_str(),
+                b / 1e9, 100 * b / copy, b1 / 1e9, 100 * b1 / copy1);
   }
 
   std::printf("\n    decode PagedAttention, 16 seqs, 9 heads / 3 kv heads, d=64, block 16\n");

@@ -1,12 +1,16 @@
 #include "engine/builtin_models.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kvserve::engine {
@@ -105,57 +109,84 @@ float HashUniform(uint64_t seed, uint64_t tensor, uint64_t index) {
   return static_cast<float>(static_cast<double>(h >> 40) / static_cast<double>(1ULL << 23) - 1.0);
 }
 
+// Tensors are generated when first found and freed when released
+// (SafetensorsCheckpoint::Release: LoadWeights releases each once packed),
+// so loading holds the packed weights plus about one generated matrix, never
+// a generated copy of the whole model.
 class BuiltinCheckpoint final : public SafetensorsCheckpoint {
  public:
-  BuiltinCheckpoint(const ModelConfig& c, uint64_t seed) {
-    for (const BuiltinTensorSpec& spec : BuiltinTensorSpecs(c)) Add(spec, seed);
+  BuiltinCheckpoint(const ModelConfig& c, uint64_t seed, DType dtype) : seed_(seed), dtype_(dtype) {
+    for (BuiltinTensorSpec& spec : BuiltinTensorSpecs(c)) {
+      std::string name = spec.name;
+      specs_.emplace(std::move(name), std::move(spec));
+    }
   }
 
   absl::StatusOr<const TensorInfo*> Find(std::string_view name) const override {
-    auto it = tensors_.find(std::string(name));
-    if (it == tensors_.end()) {
+    auto spec = specs_.find(std::string(name));
+    if (spec == specs_.end()) {
       return absl::NotFoundError(
           absl::StrCat("tensor \"", std::string(name), "\" not found in builtin model"));
     }
-    return &it->second.info;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tensors_.find(spec->first);
+    if (it == tensors_.end()) it = tensors_.emplace(spec->first, Generate(spec->second)).first;
+    return &it->second->info;
   }
-  bool Contains(std::string_view name) const override {
-    return tensors_.contains(std::string(name));
-  }
+  bool Contains(std::string_view name) const override { return specs_.contains(std::string(name)); }
   std::vector<std::string> TensorNames() const override {
     std::vector<std::string> names;
-    for (const auto& [name, t] : tensors_) names.push_back(name);
+    for (const auto& entry : specs_) names.push_back(entry.first);
     return names;
+  }
+  void Release(std::string_view name) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    tensors_.erase(std::string(name));
   }
 
  private:
   struct Tensor {
-    std::vector<float> values;
+    std::vector<uint8_t> bytes;  // little-endian elements of info.dtype
     TensorInfo info;
   };
 
-  void Add(const BuiltinTensorSpec& spec, uint64_t seed) {
-    const uint64_t tensor_index = spec.index;
+  std::unique_ptr<Tensor> Generate(const BuiltinTensorSpec& spec) const {
+    const uint64_t tensor_index = spec.index, seed = seed_;
     const float scale = spec.scale, offset = spec.offset;
+    const DType dtype = dtype_;
     int64_t count = 1;
     for (int64_t d : spec.shape) count *= d;
-    Tensor& t = tensors_[spec.name];
-    t.values.resize(count);
-    float* out = t.values.data();
+    auto t = std::make_unique<Tensor>();
+    const size_t elem = dtype == DType::kF32 ? 4 : 2;
+    t->bytes.resize(static_cast<size_t>(count) * elem);
+    uint8_t* out = t->bytes.data();
     kernels::ThreadPool::Default().ParallelFor(count, 1 << 16, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        out[i] = offset + scale * HashUniform(seed, tensor_index, static_cast<uint64_t>(i));
+        const float v = offset + scale * HashUniform(seed, tensor_index, static_cast<uint64_t>(i));
+        if (dtype == DType::kF32) {
+          std::memcpy(out + i * 4, &v, 4);
+        } else {
+          const uint16_t h =
+              dtype == DType::kBF16 ? kernels::FloatToBf16(v) : kernels::FloatToHalf(v);
+          std::memcpy(out + i * 2, &h, 2);
+        }
       }
     });
-    t.info = TensorInfo{.name = spec.name,
-                        .file = "builtin",
-                        .dtype = DType::kF32,
-                        .shape = spec.shape,
-                        .data = reinterpret_cast<const uint8_t*>(t.values.data()),
-                        .num_bytes = t.values.size() * sizeof(float)};
+    t->info = TensorInfo{.name = spec.name,
+                         .file = "builtin",
+                         .dtype = dtype,
+                         .shape = spec.shape,
+                         .data = t->bytes.data(),
+                         .num_bytes = t->bytes.size()};
+    return t;
   }
 
-  std::map<std::string, Tensor> tensors_;
+  uint64_t seed_;
+  DType dtype_;
+  std::map<std::string, BuiltinTensorSpec> specs_;
+  mutable std::mutex mu_;
+  // Generated and not yet released (a TensorInfo stays put until then).
+  mutable std::map<std::string, std::unique_ptr<Tensor>> tensors_;
 };
 
 }  // namespace
@@ -222,13 +253,16 @@ bool IsDeviceOnlyBuiltin(std::string_view name) { return name == "llama3-8b"; }
 absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
   if (name == "tiny") return TinyLlama();
   ModelConfig c = ByteLevelLlama();
-  if (name == "small") {
+  if (name == "small" || name == "small-49k") {
     c.hidden_size = 576;
     c.intermediate_size = 1536;
     c.num_layers = 30;
     c.num_heads = 9;
     c.num_kv_heads = 3;
     c.head_dim = 64;
+    // SmolLM-135M's vocabulary size (the byte tokenizer only produces ids
+    // < 258; ids past it decode to nothing): its lm_head's share of a step.
+    if (name == "small-49k") c.vocab_size = 49152;
   } else if (name == "llama3-8b") {
     // The Meta-Llama-3-8B shape (vocabulary included: the byte tokenizer
     // only ever produces ids < 258, and ids past it decode to nothing).
@@ -252,16 +286,16 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
   } else if (name.starts_with("tiny-")) {
     return TinyOfFamily(name);
   } else {
-    return absl::NotFoundError(absl::StrCat("unknown builtin model \"", std::string(name),
-                                            "\" (builtin models: tiny, small, llama3-8b, ",
-                                            kTinyFamilies, ")"));
+    return absl::NotFoundError(absl::StrCat(
+        "unknown builtin model \"", std::string(name),
+        "\" (builtin models: tiny, small, small-49k, llama3-8b, ", kTinyFamilies, ")"));
   }
   return c;
 }
 
 std::unique_ptr<SafetensorsCheckpoint> MakeBuiltinCheckpoint(const ModelConfig& config,
-                                                             uint64_t seed) {
-  return std::make_unique<BuiltinCheckpoint>(config, seed);
+                                                             uint64_t seed, DType dtype) {
+  return std::make_unique<BuiltinCheckpoint>(config, seed, dtype);
 }
 
 }  // namespace kvserve::engine

@@ -11,6 +11,8 @@
 //   builtin:small  30 layers, hidden 576, 9 heads / 3 KV heads, MLP 1536 (the
 //                  SmolLM-135M shape with a 258-token vocabulary, ~106M
 //                  parameters): benchmarks
+//   builtin:small-49k  builtin:small with SmolLM-135M's 49152-token vocabulary
+//                  (tied; ~134M parameters): weight-format benchmarks
 //   builtin:llama3-8b  the Meta-Llama-3-8B shape (32 layers, hidden 4096,
 //                  32 / 8 heads, MLP 14336, vocabulary 128256, llama3 rope,
 //                  untied lm_head; 8.0B parameters): GPU benchmarks only.
@@ -58,7 +60,13 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name);
 // A checkpoint whose tensors (transformers names, fp32) are generated from
 // `seed`: element i of tensor t is a counter-based hash of (seed, t, i), so
 // generation order and thread count do not matter.
+//
+// dtype kBF16 / kF16: every tensor holds the fp32 value rounded to nearest
+// even in that format, generated straight into 16-bit storage (no fp32 copy
+// of the model exists). These are other models than the fp32 one: a 16-bit
+// checkpoint, as Hugging Face ships most.
 std::unique_ptr<SafetensorsCheckpoint> MakeBuiltinCheckpoint(const ModelConfig& config,
-                                                             uint64_t seed);
+                                                             uint64_t seed,
+                                                             DType dtype = DType::kF32);
 
 }  // namespace kvserve::engine

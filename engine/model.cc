@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<Model>> Finish(std::unique_ptr<Model> model,
                                               const SafetensorsCheckpoint& checkpoint,
                                               const LoadModelOptions& options) {
   if (absl::Status s = PrepareRope(*model, options); !s.ok()) return s;
-  auto weights = LoadWeights(model->config, checkpoint);
+  auto weights = LoadWeights(model->config, checkpoint, options.weights);
   if (!weights.ok()) return weights.status();
   model->weights = std::move(*weights);
   return model;
@@ -57,6 +57,31 @@ absl::Status ApplyGenerationConfig(const std::string& dir, const LoadModelOption
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<Model>> LoadBuiltinModel(std::string_view name,
+                                                        DType checkpoint_dtype,
+                                                        const LoadModelOptions& options) {
+  auto model = std::make_unique<Model>();
+  model->name = absl::StrCat(kBuiltinPrefix, std::string(name));
+  auto config = BuiltinModelConfig(name);
+  if (!config.ok()) return config.status();
+  model->config = *config;
+  model->tokenizer = MakeByteTokenizer();
+  model->builtin_seed = kBuiltinSeed;
+  if (!options.host_weights) {
+    if (absl::Status s = PrepareRope(*model, options); !s.ok()) return s;
+    return model;
+  }
+  if (IsDeviceOnlyBuiltin(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model \"", model->name,
+                     "\" is GPU-only: its host weights would not fit in memory; serve it with "
+                     "--backend=cuda"));
+  }
+  // Transient: freed once the weights are packed.
+  auto checkpoint = MakeBuiltinCheckpoint(model->config, kBuiltinSeed, checkpoint_dtype);
+  return Finish(std::move(model), *checkpoint, options);
+}
+
 void ApplySamplingDefaults(const SamplingDefaults& defaults, SamplingParams& params) {
   if (defaults.temperature) params.temperature = *defaults.temperature;
   if (defaults.top_p) params.top_p = *defaults.top_p;
@@ -67,27 +92,15 @@ void ApplySamplingDefaults(const SamplingDefaults& defaults, SamplingParams& par
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
                                                  const LoadModelOptions& options) {
+  if (absl::StartsWith(spec, kBuiltinPrefix)) {
+    const WeightDtype d = options.weights.dtype;
+    const DType generated = d == WeightDtype::kBfloat16  ? DType::kBF16
+                            : d == WeightDtype::kFloat16 ? DType::kF16
+                                                         : DType::kF32;
+    return LoadBuiltinModel(spec.substr(sizeof(kBuiltinPrefix) - 1), generated, options);
+  }
   auto model = std::make_unique<Model>();
   model->name = spec;
-  if (absl::StartsWith(spec, kBuiltinPrefix)) {
-    auto config = BuiltinModelConfig(spec.substr(sizeof(kBuiltinPrefix) - 1));
-    if (!config.ok()) return config.status();
-    model->config = *config;
-    model->tokenizer = MakeByteTokenizer();
-    model->builtin_seed = kBuiltinSeed;
-    if (!options.host_weights) {
-      if (absl::Status s = PrepareRope(*model, options); !s.ok()) return s;
-      return model;
-    }
-    if (IsDeviceOnlyBuiltin(spec.substr(sizeof(kBuiltinPrefix) - 1))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model \"", spec,
-          "\" is GPU-only: its fp32 host weights would not fit in memory; serve it with "
-          "--backend=cuda"));
-    }
-    auto checkpoint = MakeBuiltinCheckpoint(model->config, kBuiltinSeed);
-    return Finish(std::move(model), *checkpoint, options);
-  }
 
   namespace fs = std::filesystem;
   if (!fs::is_directory(spec)) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,9 +41,13 @@ struct Model {
 };
 
 struct LoadModelOptions {
-  // false: skip the CPU runner's fp32 packed weights (keeps the checkpoint
+  // false: skip the CPU runner's packed weights (keeps the checkpoint
   // open instead). Device-only builtins (builtin:llama3-8b) need false.
   bool host_weights = true;
+  // How the CPU runner stores the weights (model_weights.h). A builtin model
+  // with dtype bfloat16 / float16 is generated as a 16-bit checkpoint
+  // (MakeBuiltinCheckpoint); auto and float32 generate the fp32 one.
+  WeightOptions weights;
   // false: ignore generation_config.json's sampling values (its EOS ids are
   // merged either way: they are part of the model, as in generate()).
   bool generation_sampling_defaults = true;
@@ -57,6 +62,12 @@ struct LoadModelOptions {
 // generation_config.json).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
                                                  const LoadModelOptions& options = {});
+
+// builtin:NAME generated as a `checkpoint_dtype` checkpoint whatever
+// options.weights says (tests: one checkpoint, several weight formats).
+absl::StatusOr<std::unique_ptr<Model>> LoadBuiltinModel(std::string_view name,
+                                                        DType checkpoint_dtype,
+                                                        const LoadModelOptions& options = {});
 
 // Sets in `params` every value `defaults` holds (the caller decides which
 // request fields were unset).

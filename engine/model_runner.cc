@@ -59,7 +59,7 @@ absl::StatusOr<StepOutput> ModelRunner::Step(const StepInput& in) {
   gate_up_.resize(n * 2 * c.intermediate_size);
   act_.resize(n * c.intermediate_size);
 
-  kernels::EmbeddingLookup(w.embed_tokens.data(), hidden, in.token_ids.data(), n, residual_.data());
+  kernels::EmbeddingLookup(w.embedding(), in.token_ids.data(), n, residual_.data());
   if (c.scale_embeddings) {
     // Gemma: hidden_size**0.5 as an fp32 tensor (the activation dtype here).
     kernels::Scale(residual_.data(), n * hidden,

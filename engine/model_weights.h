@@ -1,6 +1,7 @@
 // ModelWeights: a model's parameters in the form the CPU kernels run them:
-// fp32, linear layers packed (kernels/cpu/gemm.h), and the q/k/v and gate/up
-// projections fused into one product each.
+// linear layers packed (kernels/cpu/gemm.h) in one WeightFormat (fp32, bf16,
+// fp16 or int8: WeightOptions), the q/k/v and gate/up projections fused into
+// one product each, norms and biases in fp32.
 //
 //   qkv:     rows [0, H*D) = q_proj, [H*D, (H+KV)*D) = k_proj, then v_proj
 //   gate_up: rows [0, I) = gate_proj, [I, 2I) = up_proj
@@ -16,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,6 +27,31 @@
 #include "kernels/cpu/gemm.h"
 
 namespace kvserve::engine {
+
+// How the linear layers and the embedding table are stored (the server's
+// --dtype and --quantization for the cpu backend; docs/engine.md).
+enum class WeightDtype {
+  kAuto,      // as the checkpoint stores each matrix: bf16 / fp16 stay 16-bit
+  kFloat32,   // widened to fp32
+  kBfloat16,  // bf16 (fp32 tensors rounded to nearest even)
+  kFloat16,   // fp16 (likewise; an fp32 weight beyond +-65504 becomes inf)
+};
+enum class Quantization {
+  kNone,
+  // Weight-only int8: every linear layer (lm_head included) quantized at load,
+  // symmetric, one scale per output channel. An untied embedding table keeps
+  // the WeightDtype format; a tied one is the lm_head's int8 rows.
+  kInt8,
+};
+struct WeightOptions {
+  WeightDtype dtype = WeightDtype::kAuto;
+  Quantization quantization = Quantization::kNone;
+};
+// "auto", "float32", "bfloat16", "float16"; "none", "int8".
+absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name);
+absl::StatusOr<Quantization> ParseQuantization(std::string_view name);
+const char* WeightDtypeName(WeightDtype dtype);
+const char* QuantizationName(Quantization quantization);
 
 struct LayerWeights {
   kernels::AlignedBuffer input_norm;  // [hidden]
@@ -46,19 +73,27 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  kernels::AlignedBuffer embed_tokens;  // [vocab, hidden], row-major
+  // [vocab, hidden], packed like a linear layer (the lookup reads its rows:
+  // PackedMatrix::ReadRow); empty when tied: the table is lm_head's.
+  kernels::PackedMatrix embed_tokens;
   std::vector<LayerWeights> layers;
   kernels::AlignedBuffer final_norm;  // [hidden]
-  kernels::PackedMatrix lm_head;      // [vocab, hidden] (a packed copy when tied)
+  kernels::PackedMatrix lm_head;      // [vocab, hidden]
 
+  const kernels::PackedMatrix& embedding() const {
+    return embed_tokens.n > 0 ? embed_tokens : lm_head;
+  }
   // Bytes a forward step reads from the weights for one token: every packed
   // matrix (the lm_head included) and the norms (benchmarks' roofline).
   int64_t StreamedBytesPerToken() const;
+  // Bytes held (every matrix, the embedding table, norms and biases).
+  int64_t TotalBytes() const;
 };
 
 // Reads and packs the weights named as transformers names them
 // ("model.layers.N.self_attn.q_proj.weight", ...). Errors name the tensor.
 absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& config,
-                                         const SafetensorsCheckpoint& checkpoint);
+                                         const SafetensorsCheckpoint& checkpoint,
+                                         const WeightOptions& options = {});
 
 }  // namespace kvserve::engine

@@ -35,10 +35,15 @@ absl::StatusOr<Backend> MakeCpuBackend(const ServerConfig& c) {
   Backend b;
   b.name = "cpu";
   b.device = "cpu";
+  auto weight_dtype = engine::ParseWeightDtype(c.dtype);
+  if (!weight_dtype.ok()) return WithFlag("dtype", c.dtype, weight_dtype.status());
+  auto quantization = engine::ParseQuantization(c.quantization);
+  if (!quantization.ok()) return WithFlag("quantization", c.quantization, quantization.status());
   // The served length picks Phi-3 longrope's factors (engine/model.h).
   auto model = engine::LoadModel(
       c.model,
-      engine::LoadModelOptions{.generation_sampling_defaults = c.generation_config == "auto",
+      engine::LoadModelOptions{.weights = {.dtype = *weight_dtype, .quantization = *quantization},
+                               .generation_sampling_defaults = c.generation_config == "auto",
                                .max_model_len = c.max_model_len});
   if (!model.ok()) return WithFlag("model", c.model, model.status());
   b.model = std::move(*model);
@@ -69,6 +74,11 @@ class CudaStepRunner final : public scheduler::StepRunner {
 };
 
 absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::CudaBackendApi& api) {
+  if (c.quantization != "none") {  // --backend=auto chose CUDA
+    return absl::FailedPreconditionError(
+        absl::StrCat("--quantization=", c.quantization,
+                     ": the cuda backend has no quantized weights; use --backend=cpu"));
+  }
   auto kv_dtype = engine::ParseKvCacheDtype(c.kv_cache_dtype);
   if (!kv_dtype.ok()) return WithFlag("kv_cache_dtype", c.kv_cache_dtype, kv_dtype.status());
   Backend b;

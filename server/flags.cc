@@ -45,8 +45,15 @@ ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "scratch); the KV cache gets what is left, when --num_kv_blocks is 0.");
 ABSL_FLAG(int32_t, cuda_device, 0, "cuda backend: the CUDA device index.");
 ABSL_FLAG(std::string, dtype, "auto",
-          "cuda backend: weights, activations and KV cache as auto (the checkpoint's), float32, "
-          "bfloat16 or float16. The cpu backend computes in float32.");
+          "auto (the checkpoint's), float32, bfloat16 or float16. cuda backend: weights, "
+          "activations and KV cache. cpu backend: how the weights are stored (it computes in "
+          "float32, widening them in registers): auto keeps a bf16/fp16 checkpoint in 16 bits "
+          "(logits bit-identical to float32), float32 widens at load, bfloat16/float16 round "
+          "a float32 checkpoint.");
+ABSL_FLAG(std::string, quantization, "none",
+          "cpu backend: none, or int8: weight-only quantization at load (symmetric, one fp32 "
+          "scale per output channel; the linear layers and lm_head, about 1/4 of float32's "
+          "bytes). The cuda backend takes only none.");
 ABSL_FLAG(bool, batch_invariant, false,
           "cuda backend: batch-invariant kernels (a request's output does not depend on the "
           "batch or on prompt chunking), at a speed cost. The cpu backend always is.");
@@ -99,6 +106,7 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
   c.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   c.dtype = absl::GetFlag(FLAGS_dtype);
+  c.quantization = absl::GetFlag(FLAGS_quantization);
   c.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   c.generation_config = absl::GetFlag(FLAGS_generation_config);
   c.block_size = absl::GetFlag(FLAGS_block_size);

@@ -28,6 +28,10 @@ ABSL_FLAG(float, repetition_penalty, 1.0f, "1 = off");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past the end-of-sequence token");
 ABSL_FLAG(int32_t, block_size, 16, "KV cache block size in tokens");
+ABSL_FLAG(std::string, dtype, "auto",
+          "weight storage, as the daemon's --dtype on the cpu backend: auto (a bf16/fp16 "
+          "checkpoint stays 16-bit), float32, bfloat16 or float16");
+ABSL_FLAG(std::string, quantization, "none", "none, or int8 (weight-only, per output channel)");
 ABSL_FLAG(int32_t, prefill_chunk, 512, "prompt tokens per step (chunked prefill)");
 ABSL_FLAG(bool, json, false,
           "print one JSON object {prompt_token_ids, token_ids, text} instead of streaming text "
@@ -67,7 +71,15 @@ int main(int argc, char** argv) {
   if (block_size < 1 || block_size > 256) return Fail("--block_size must be in [1, 256]");
   if (chunk < 1) return Fail("--prefill_chunk must be >= 1");
 
-  auto model = kvserve::engine::LoadModel(absl::GetFlag(FLAGS_model));
+  auto weight_dtype = kvserve::engine::ParseWeightDtype(absl::GetFlag(FLAGS_dtype));
+  if (!weight_dtype.ok()) return Fail("--dtype: " + std::string(weight_dtype.status().message()));
+  auto quantization = kvserve::engine::ParseQuantization(absl::GetFlag(FLAGS_quantization));
+  if (!quantization.ok()) {
+    return Fail("--quantization: " + std::string(quantization.status().message()));
+  }
+  auto model = kvserve::engine::LoadModel(
+      absl::GetFlag(FLAGS_model),
+      {.weights = {.dtype = *weight_dtype, .quantization = *quantization}});
   if (!model.ok()) return Fail(std::string(model.status().message()));
   const auto& tokenizer = (*model)->tokenizer;
   if (tokenizer == nullptr) return Fail("the model has no tokenizer; text prompts need one");

@@ -33,8 +33,12 @@ struct ServerConfig {
   // fp8_e4m3, int8, int4, fp4_e2m1. cpu only; cuda takes auto.
   std::string kv_cache_dtype = "auto";
   int32_t cuda_device = 0;
-  std::string dtype = "auto";    // cuda: auto | float32 | bfloat16 | float16
-  bool batch_invariant = false;  // cuda: batch-invariant kernels
+  // auto | float32 | bfloat16 | float16. cuda: weights, activations and KV
+  // cache; cpu: how the weights are stored (computed in fp32; auto keeps a
+  // 16-bit checkpoint's precision): engine/model_weights.h.
+  std::string dtype = "auto";
+  std::string quantization = "none";  // cpu: none | int8 (weight-only, per output channel)
+  bool batch_invariant = false;       // cuda: batch-invariant kernels
   // auto: generation_config.json's sampling values fill a request's unset
   // fields; none: ignore them (its EOS ids are used either way).
   std::string generation_config = "auto";

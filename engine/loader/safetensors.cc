@@ -201,9 +201,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Op
   return OpenSingle(path);
 }
 
-absl::Status SafetensorsCheckpoint::ReadF32(std::string_view name,
-                                            std::span<const int64_t> expected_shape,
-                                            float* out) const {
+absl::StatusOr<const TensorInfo*> SafetensorsCheckpoint::FindWithShape(
+    std::string_view name, std::span<const int64_t> expected_shape) const {
   absl::StatusOr<const TensorInfo*> found = Find(name);
   if (!found.ok()) return found.status();
   const TensorInfo& t = **found;
@@ -220,7 +219,16 @@ absl::Status SafetensorsCheckpoint::ReadF32(std::string_view name,
                                             " holds ", t.num_bytes, " bytes, not ", count, " x ",
                                             DTypeName(t.dtype)));
   }
-  ConvertToF32(t.dtype, t.data, count, out);
+  return &t;
+}
+
+absl::Status SafetensorsCheckpoint::ReadF32(std::string_view name,
+                                            std::span<const int64_t> expected_shape,
+                                            float* out) const {
+  absl::StatusOr<const TensorInfo*> found = FindWithShape(name, expected_shape);
+  if (!found.ok()) return found.status();
+  const TensorInfo& t = **found;
+  ConvertToF32(t.dtype, t.data, t.num_bytes / DTypeSize(t.dtype), out);
   return absl::OkStatus();
 }
 

@@ -58,6 +58,17 @@ class SafetensorsCheckpoint {
   virtual absl::StatusOr<const TensorInfo*> Find(std::string_view name) const = 0;
   virtual bool Contains(std::string_view name) const = 0;
   virtual std::vector<std::string> TensorNames() const = 0;
+  // A hint that the caller is done with the tensor: the TensorInfo (and its
+  // data) Find returned for it may be freed. A file checkpoint ignores it
+  // (its mapping is paged in and out by the kernel); a generated one
+  // (builtin models) frees the tensor, and regenerates it if found again.
+  virtual void Release(std::string_view name) const { (void)name; }
+
+  // Find, after checking the tensor's shape equals expected_shape
+  // (InvalidArgument naming tensor, file and both shapes otherwise). The
+  // caller reads TensorInfo::data in its own dtype (16-bit weights).
+  absl::StatusOr<const TensorInfo*> FindWithShape(std::string_view name,
+                                                  std::span<const int64_t> expected_shape) const;
 
   // Converts the tensor to fp32 into out (product(expected_shape) floats) after
   // checking its shape equals expected_shape (InvalidArgument naming tensor,

@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_features.h"
 
+#include <cpuid.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -12,9 +14,18 @@ std::atomic<int> g_override{-1};
 
 CpuIsa Min(CpuIsa a, CpuIsa b) { return static_cast<int>(a) < static_cast<int>(b) ? a : b; }
 
+// F16C (vcvtph2ps: the fp16 weight path, gemm_avx2.cc): cpuid leaf 1, ecx
+// bit 29. Every AVX2 CPU has it; checked rather than assumed (compilers'
+// __builtin_cpu_supports lacks "f16c").
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+
 CpuIsa Detect() {
   __builtin_cpu_init();
   // libgcc also checks that the OS saves the wider register state (XCR0).
+  if (!HasF16c()) return CpuIsa::kScalar;
   if (__builtin_cpu_supports("avx512f")) return CpuIsa::kAvx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CpuIsa::kAvx2;
   return CpuIsa::kScalar;

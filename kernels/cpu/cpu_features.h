@@ -1,5 +1,5 @@
 // Runtime CPU dispatch. The binary is built for baseline x86-64; the kernels
-// pick AVX2+FMA or AVX-512F code paths at run time from cpuid, never from
+// pick AVX2+FMA(+F16C) or AVX-512F code paths at run time from cpuid, never from
 // -march=native. $KVSERVE_CPU_ISA=scalar|avx2|avx512 caps the choice (tests).
 #pragma once
 

@@ -211,4 +211,8 @@ void EmbeddingLookup(const float* table, int64_t dim, const int32_t* ids, int64_
   }
 }
 
+void EmbeddingLookup(const PackedMatrix& table, const int32_t* ids, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) table.ReadRow(ids[i], out + i * table.k);
+}
+
 }  // namespace kvserve::kernels

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kvserve::kernels {
@@ -64,5 +65,9 @@ void Scale(float* x, int64_t n, float s);
 
 // out[i] = table[ids[i]]; ids are checked by the caller.
 void EmbeddingLookup(const float* table, int64_t dim, const int32_t* ids, int64_t n, float* out);
+// The same from a packed table (rows of W, [vocab, dim]: a tied lm_head is
+// the embedding table): each row widened exactly, or int8 codes times their
+// row's scale (PackedMatrix::ReadRow).
+void EmbeddingLookup(const PackedMatrix& table, const int32_t* ids, int64_t n, float* out);
 
 }  // namespace kvserve::kernels

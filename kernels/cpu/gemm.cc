@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/half_float.h"
+#include "kernels/cpu/kv_quant.h"
 
 namespace kvserve::kernels {
 namespace {
@@ -14,32 +16,145 @@ constexpr int64_t kMinFmasPerChunk = int64_t{64} * 1024;
 
 }  // namespace
 
-PackedMatrix PackWeights(const float* w, int64_t n, int64_t k) {
+const char* WeightFormatName(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+      return "float32";
+    case WeightFormat::kBF16:
+      return "bfloat16";
+    case WeightFormat::kF16:
+      return "float16";
+    case WeightFormat::kInt8:
+      return "int8";
+  }
+  return "?";
+}
+
+int64_t WeightFormatBytes(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+      return 4;
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16:
+      return 2;
+    case WeightFormat::kInt8:
+      return 1;
+  }
+  return 4;
+}
+
+void PackedMatrix::ReadRow(int64_t row, float* out) const {
+  const int64_t base = (row / kGemmPanelWidth) * k * kGemmPanelWidth + row % kGemmPanelWidth;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const int64_t i = base + kk * kGemmPanelWidth;
+    switch (format) {
+      case WeightFormat::kF32:
+        out[kk] = As<float>()[i];
+        break;
+      case WeightFormat::kBF16:
+        out[kk] = BF16ToF32(As<uint16_t>()[i]);
+        break;
+      case WeightFormat::kF16:
+        out[kk] = F16ToF32(As<uint16_t>()[i]);
+        break;
+      case WeightFormat::kInt8:
+        out[kk] = static_cast<float>(As<int8_t>()[i]) * scales[row];
+        break;
+    }
+  }
+}
+
+namespace {
+
+// An empty matrix of `format` with zeroed storage for n x k (padding panels
+// columns stay zero).
+PackedMatrix Allocate(int64_t n, int64_t k, WeightFormat format) {
   PackedMatrix packed;
   packed.n = n;
   packed.k = k;
+  packed.format = format;
   if (n == 0 || k == 0) return packed;  // nothing to pack (and no storage to point into)
   const int64_t panels = (n + kGemmPanelWidth - 1) / kGemmPanelWidth;
-  packed.data = AlignedBuffer(static_cast<size_t>(panels * k * kGemmPanelWidth));
-  float* out = packed.data.data();
-  for (int64_t panel = 0; panel < panels; ++panel) {
-    for (int64_t j = 0; j < kGemmPanelWidth; ++j) {
-      int64_t row = panel * kGemmPanelWidth + j;
-      if (row >= n) break;  // AlignedBuffer is zeroed: padding stays 0.
-      const float* src = w + row * k;
-      float* dst = out + panel * k * kGemmPanelWidth + j;
-      for (int64_t kk = 0; kk < k; ++kk) dst[kk * kGemmPanelWidth] = src[kk];
+  const int64_t bytes = panels * k * kGemmPanelWidth * WeightFormatBytes(format);
+  packed.data = AlignedBuffer(static_cast<size_t>((bytes + 3) / 4));
+  if (format == WeightFormat::kInt8) {
+    packed.scales = AlignedBuffer(static_cast<size_t>(panels * kGemmPanelWidth));
+  }
+  return packed;
+}
+
+// dst[panel][kk][j] = convert(row j of the panel, kk) for every row < n.
+template <class T, class RowFn>
+void PackInto(PackedMatrix& packed, RowFn&& element) {
+  T* out = reinterpret_cast<T*>(packed.data.data());
+  const int64_t n = packed.n, k = packed.k;
+  for (int64_t row = 0; row < n; ++row) {
+    T* dst = out + (row / kGemmPanelWidth) * k * kGemmPanelWidth + row % kGemmPanelWidth;
+    for (int64_t kk = 0; kk < k; ++kk) dst[kk * kGemmPanelWidth] = element(row, kk);
+  }
+}
+
+}  // namespace
+
+PackedMatrix PackWeights(const float* w, int64_t n, int64_t k, WeightFormat format) {
+  PackedMatrix packed = Allocate(n, k, format);
+  if (packed.data.size() == 0) return packed;
+  switch (format) {
+    case WeightFormat::kF32:
+      PackInto<float>(packed, [&](int64_t row, int64_t kk) { return w[row * k + kk]; });
+      break;
+    case WeightFormat::kBF16:
+      PackInto<uint16_t>(packed,
+                         [&](int64_t row, int64_t kk) { return FloatToBf16(w[row * k + kk]); });
+      break;
+    case WeightFormat::kF16:
+      PackInto<uint16_t>(packed,
+                         [&](int64_t row, int64_t kk) { return FloatToHalf(w[row * k + kk]); });
+      break;
+    case WeightFormat::kInt8: {
+      // Symmetric per output channel: scale = max|w[row]| / 127, so the
+      // largest weight of each row maps to +-127; an all-zero row gets scale 0.
+      float* scales = packed.scales.data();
+      for (int64_t row = 0; row < n; ++row) {
+        float max_abs = 0.0f;
+        for (int64_t kk = 0; kk < k; ++kk) max_abs = std::max(max_abs, std::fabs(w[row * k + kk]));
+        scales[row] = max_abs / 127.0f;
+      }
+      PackInto<int8_t>(packed, [&](int64_t row, int64_t kk) {
+        if (scales[row] == 0.0f) return int8_t{0};
+        const float q = std::nearbyint(w[row * k + kk] / scales[row]);
+        return static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+      });
+      break;
     }
   }
   return packed;
 }
 
+PackedMatrix PackWeights16(const void* w, int64_t n, int64_t k, WeightFormat format) {
+  PackedMatrix packed = Allocate(n, k, format);
+  if (packed.data.size() == 0) return packed;
+  const auto* bytes = static_cast<const uint8_t*>(w);
+  PackInto<uint16_t>(packed, [&](int64_t row, int64_t kk) {
+    uint16_t h;  // little-endian, any alignment
+    std::memcpy(&h, bytes + (row * k + kk) * 2, sizeof(h));
+    return h;
+  });
+  return packed;
+}
+
 namespace internal {
 
-void GemmPanelsScalar(const GemmParams& p, int64_t panel_begin, int64_t panel_end) {
+namespace {
+
+// The contract's order (gemm.h) one element at a time; `weight(i)` widens
+// element i of the matrix exactly.
+template <class WeightFn>
+void ScalarPanels(const GemmParams& p, int64_t panel_begin, int64_t panel_end, WeightFn&& weight) {
   const int64_t k = p.w->k, n = p.w->n;
+  const float* scales = p.w->scales.size() != 0 ? p.w->scales.data() : nullptr;
   for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-    const float* w = p.w->data.data() + panel * k * kGemmPanelWidth;
+    const int64_t w0 = panel * k * kGemmPanelWidth;
     const int64_t col0 = panel * kGemmPanelWidth;
     const int64_t cols = std::min(kGemmPanelWidth, n - col0);
     for (int64_t row = 0; row < p.m; ++row) {
@@ -47,14 +162,35 @@ void GemmPanelsScalar(const GemmParams& p, int64_t panel_begin, int64_t panel_en
       float acc[kGemmPanelWidth] = {};
       for (int64_t kk = 0; kk < k; ++kk) {
         for (int64_t j = 0; j < kGemmPanelWidth; ++j) {
-          acc[j] = std::fma(x[kk], w[kk * kGemmPanelWidth + j], acc[j]);
+          acc[j] = std::fma(x[kk], weight(w0 + kk * kGemmPanelWidth + j), acc[j]);
         }
       }
       float* y = p.y + row * p.ldy + col0;
       for (int64_t j = 0; j < cols; ++j) {
-        y[j] = p.bias != nullptr ? acc[j] + p.bias[col0 + j] : acc[j];
+        float v = acc[j];
+        if (scales != nullptr) v = v * scales[col0 + j];
+        y[j] = p.bias != nullptr ? v + p.bias[col0 + j] : v;
       }
     }
+  }
+}
+
+}  // namespace
+
+void GemmPanelsScalar(const GemmParams& p, int64_t panel_begin, int64_t panel_end) {
+  const PackedMatrix& w = *p.w;
+  switch (w.format) {
+    case WeightFormat::kF32:
+      return ScalarPanels(p, panel_begin, panel_end, [&](int64_t i) { return w.As<float>()[i]; });
+    case WeightFormat::kBF16:
+      return ScalarPanels(p, panel_begin, panel_end,
+                          [&](int64_t i) { return BF16ToF32(w.As<uint16_t>()[i]); });
+    case WeightFormat::kF16:
+      return ScalarPanels(p, panel_begin, panel_end,
+                          [&](int64_t i) { return F16ToF32(w.As<uint16_t>()[i]); });
+    case WeightFormat::kInt8:
+      return ScalarPanels(p, panel_begin, panel_end,
+                          [&](int64_t i) { return static_cast<float>(w.As<int8_t>()[i]); });
   }
 }
 

@@ -3,12 +3,17 @@
 // W is stored as Hugging Face nn.Linear does, [n, k] row-major, and packed
 // once at load time into panels of kGemmPanelWidth output columns:
 //   packed[panel][kk][j] = W[panel * 16 + j][kk]      (zero for j past n)
-// so one k-step of one panel is one contiguous 64-byte line.
+// so one k-step of one panel is 16 consecutive elements: 64 bytes in fp32,
+// 32 in bf16 / fp16, 16 in int8 (WeightFormat).
 //
 // Batch invariance (docs/architecture.md): every y[m][n] is accumulated as
-//   acc = 0; for kk in 0..k-1: acc = fma(x[m][kk], W[n][kk], acc); y = acc + bias[n]
+//   acc = 0; for kk in 0..k-1: acc = fma(x[m][kk], w(n, kk), acc)
+//   y = acc * scale[n] (int8 only) + bias[n]
 // in exactly this order, whatever m, the row tiling, the ISA path or the thread
 // count. Work is split across threads by column panels, never across k.
+// w(n, kk) is the stored element widened to fp32 in registers: exact for
+// bf16 / fp16 (so a 16-bit matrix gives bit for bit the products of its fp32
+// widening), the int8 code as a float for int8.
 #pragma once
 
 #include <cstdint>
@@ -21,14 +26,44 @@ namespace kvserve::kernels {
 
 inline constexpr int64_t kGemmPanelWidth = 16;
 
+// How a packed matrix stores its elements.
+//   kF32, kBF16, kF16: the values themselves (16-bit ones widened exactly).
+//   kInt8: symmetric weight-only quantization, one fp32 scale per output
+//          channel: W[n][kk] ~ q[n][kk] * scale[n], q in [-127, 127].
+enum class WeightFormat : uint8_t { kF32, kBF16, kF16, kInt8 };
+const char* WeightFormatName(WeightFormat format);
+int64_t WeightFormatBytes(WeightFormat format);  // bytes per element
+
 struct PackedMatrix {
-  int64_t n = 0;       // output features (rows of W)
-  int64_t k = 0;       // input features
-  AlignedBuffer data;  // ceil(n / 16) * k * 16 floats
+  int64_t n = 0;  // output features (rows of W)
+  int64_t k = 0;  // input features
+  WeightFormat format = WeightFormat::kF32;
+  // ceil(n / 16) * k * 16 elements of `format` (the buffer counts 4-byte
+  // words; 16-bit and int8 elements are packed two and four to a word).
+  AlignedBuffer data;
+  AlignedBuffer scales;  // kInt8: ceil(n / 16) * 16 (0 past n); else empty
+
+  template <class T>
+  const T* As() const {
+    return reinterpret_cast<const T*>(data.data());
+  }
+  // Bytes of elements and scales (what a product streams).
+  int64_t StorageBytes() const {
+    return static_cast<int64_t>((data.size() + scales.size()) * sizeof(float));
+  }
+  // W[row][0..k) as the kernels see it (widened; int8 times its scale,
+  // one fp32 product per element) into out[k].
+  void ReadRow(int64_t row, float* out) const;
 };
 
-// Packs row-major w[n][k].
-PackedMatrix PackWeights(const float* w, int64_t n, int64_t k);
+// Packs row-major fp32 w[n][k] into `format`: kF32 as is, kBF16 / kF16 rounded
+// to nearest even, kInt8 quantized per output channel (scale = max|row| / 127,
+// codes rounded to nearest).
+PackedMatrix PackWeights(const float* w, int64_t n, int64_t k,
+                         WeightFormat format = WeightFormat::kF32);
+// Packs row-major 16-bit w[n][k] (bf16 or fp16 bit patterns, format kBF16 or
+// kF16) without widening. w may be unaligned (a memory-mapped checkpoint).
+PackedMatrix PackWeights16(const void* w, int64_t n, int64_t k, WeightFormat format);
 
 struct GemmParams {
   const float* x = nullptr;  // [m, k], row stride ldx

@@ -1,5 +1,6 @@
 // AVX-512F GEMM body (tile shapes in gemm_internal.h: Avx512Tiling); one zmm
-// holds one k-step of a panel.
+// holds one k-step of a panel. 16-bit and int8 weights widen in registers as
+// in gemm_avx2.cc (vpmovzxwd + vpslld, vcvtph2ps, vpmovsxbd + vcvtdq2ps).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -12,6 +13,10 @@
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+// GCC 12's avx512fintrin.h self-initialises its "undefined" vectors
+// (`__m512i __Y = __Y;`), which -Wmaybe-uninitialized reports once inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace kvserve::kernels::internal {
@@ -21,11 +26,24 @@ struct Ops : Avx512Tiling {
   using V = __m512;
   static constexpr int kLanes = 16;
   static V Zero() { return _mm512_setzero_ps(); }
-  static V Load(const float* p) { return _mm512_load_ps(p); }
+  static V LoadW(F32W, const float* p) { return _mm512_load_ps(p); }
+  static V LoadW(Bf16W, const uint16_t* p) {
+    const __m512i wide =
+        _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+  static V LoadW(F16W, const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static V LoadW(Int8W, const int8_t* p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))));
+  }
   static V LoadU(const float* p) { return _mm512_loadu_ps(p); }
   static V Broadcast(const float* p) { return _mm512_set1_ps(*p); }
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V Add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static void StoreU(float* p, V v) { _mm512_storeu_ps(p, v); }
 };
 
@@ -42,5 +60,6 @@ void GemmPanelsAvx512(const GemmParams& p, int64_t panel_begin, int64_t panel_en
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 #endif

@@ -1,16 +1,19 @@
 // Internal to kernels/cpu: the register-tiled GEMM body shared by the AVX2 and
 // AVX-512 translation units. Each includes this file inside its
 // `#pragma GCC target` region after defining a vector-ops struct `Ops`:
-//   V, kLanes (8 or 16), Zero(), Load(), LoadU(), Broadcast(),
-//   Fma(a, b, c) = a*b+c with one rounding, Add(), StoreU(),
+//   V, kLanes (8 or 16), Zero(), LoadU(), Broadcast(),
+//   Fma(a, b, c) = a*b+c with one rounding, Add(), Mul(), StoreU(),
+//   LoadW(F32W / Bf16W / F16W / Int8W tag, const T* p): kLanes weights at p
+//   (aligned) widened exactly to fp32,
 //   kMainRows, kMainPanels, kKBlock, RemPanels(rows).
 // It must include nothing itself (standard headers come before the pragma).
 //
 // Tiling: a tile is MR rows x NP panels (NP*16 columns), one accumulator
 // vector per (row, 16/kLanes slice). Every accumulator runs its FMAs in order
-// kk = 0..k-1 starting from zero and the bias is added last. K-blocking only
-// parks an accumulator in memory between blocks (a float round trip is
-// exact), so tile shapes, blocking and ISA change speed, never a bit of y.
+// kk = 0..k-1 starting from zero; an int8 matrix's scale multiplies it next
+// and the bias is added last. K-blocking only parks an accumulator in memory
+// between blocks (a float round trip is exact), so tile shapes, blocking, ISA
+// and the weights' storage width change speed, never a bit of y.
 
 namespace {
 
@@ -21,11 +24,12 @@ constexpr int64_t kMaxRowTilesPerBlock = 32;
 
 // acc = (acc_in ? acc_in : 0) + x[0..MR) . w over kc steps, then written to
 // `out` (row stride ldo): whole when cols == NP * 16, else the first `cols`
-// columns. bias (nullable) is added on the way out; it is only passed for the
-// last k-block.
-template <class Ops, int MR, int NP>
-inline void Tile(const float* x, int64_t ldx, const float* w, int64_t panel_floats, int64_t kc,
-                 const float* acc_in, float* out, int64_t ldo, const float* bias, int64_t cols) {
+// columns. scale and bias (nullable) are applied on the way out; they are
+// only passed for the last k-block. panel_elems: elements of one panel.
+template <class Ops, class W, int MR, int NP>
+inline void Tile(const float* x, int64_t ldx, const typename W::T* w, int64_t panel_elems,
+                 int64_t kc, const float* acc_in, float* out, int64_t ldo, const float* scale,
+                 const float* bias, int64_t cols) {
   using V = typename Ops::V;
   constexpr int kVecPerPanel = 16 / Ops::kLanes;
   constexpr int kVecs = NP * kVecPerPanel;
@@ -44,8 +48,8 @@ inline void Tile(const float* x, int64_t ldx, const float* w, int64_t panel_floa
     V wv[kVecs];
 #pragma GCC unroll 32
     for (int j = 0; j < kVecs; ++j) {
-      wv[j] = Ops::Load(w + (j / kVecPerPanel) * panel_floats + kk * 16 +
-                        (j % kVecPerPanel) * Ops::kLanes);
+      wv[j] = Ops::LoadW(
+          W{}, w + (j / kVecPerPanel) * panel_elems + kk * 16 + (j % kVecPerPanel) * Ops::kLanes);
     }
 #pragma GCC unroll 32
     for (int r = 0; r < MR; ++r) {
@@ -61,6 +65,7 @@ inline void Tile(const float* x, int64_t ldx, const float* w, int64_t panel_floa
 #pragma GCC unroll 32
       for (int j = 0; j < kVecs; ++j) {
         V v = acc[r][j];
+        if (scale != nullptr) v = Ops::Mul(v, Ops::LoadU(scale + j * Ops::kLanes));
         if (bias != nullptr) v = Ops::Add(v, Ops::LoadU(bias + j * Ops::kLanes));
         Ops::StoreU(out + r * ldo + j * Ops::kLanes, v);
       }
@@ -76,21 +81,24 @@ inline void Tile(const float* x, int64_t ldx, const float* w, int64_t panel_floa
   }
   for (int r = 0; r < MR; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      out[r * ldo + c] = bias != nullptr ? tmp[r][c] + bias[c] : tmp[r][c];
+      float v = tmp[r][c];
+      if (scale != nullptr) v = v * scale[c];
+      out[r * ldo + c] = bias != nullptr ? v + bias[c] : v;
     }
   }
 }
 
 // Tile<Ops, rows, NP> for a run-time rows in [1, R].
-template <class Ops, int NP, int R>
-inline void TailTile(int64_t rows, const float* x, int64_t ldx, const float* w,
-                     int64_t panel_floats, int64_t kc, const float* acc_in, float* out, int64_t ldo,
-                     const float* bias, int64_t cols) {
+template <class Ops, class W, int NP, int R>
+inline void TailTile(int64_t rows, const float* x, int64_t ldx, const typename W::T* w,
+                     int64_t panel_elems, int64_t kc, const float* acc_in, float* out, int64_t ldo,
+                     const float* scale, const float* bias, int64_t cols) {
   if constexpr (R > 0) {
     if (rows == R) {
-      Tile<Ops, R, NP>(x, ldx, w, panel_floats, kc, acc_in, out, ldo, bias, cols);
+      Tile<Ops, W, R, NP>(x, ldx, w, panel_elems, kc, acc_in, out, ldo, scale, bias, cols);
     } else {
-      TailTile<Ops, NP, R - 1>(rows, x, ldx, w, panel_floats, kc, acc_in, out, ldo, bias, cols);
+      TailTile<Ops, W, NP, R - 1>(rows, x, ldx, w, panel_elems, kc, acc_in, out, ldo, scale, bias,
+                                  cols);
     }
   }
 }
@@ -100,15 +108,16 @@ inline void TailTile(int64_t rows, const float* x, int64_t ldx, const float* w,
 // uses it, so W is streamed once per row block. Rows past the last multiple
 // of MR (only in the last block) take a shorter tile. Partial sums wait in
 // `acc_buf` between k-blocks.
-template <class Ops, int MR, int NP>
+template <class Ops, class W, int MR, int NP>
 inline void RowBlockTimesPanels(const GemmParams& p, int64_t r0, int64_t r1, int64_t panel,
                                 int64_t kc, float* acc_buf) {
   const int64_t k = p.w->k, n = p.w->n;
-  const int64_t panel_floats = k * 16;
+  const int64_t panel_elems = k * 16;
   const int64_t col = panel * 16;
   const int64_t cols = n - col < NP * 16 ? n - col : NP * 16;
-  const float* w = p.w->data.data() + panel * panel_floats;
+  const typename W::T* w = p.w->template As<typename W::T>() + panel * panel_elems;
   const float* bias = p.bias != nullptr ? p.bias + col : nullptr;
+  const float* scale = p.w->scales.size() != 0 ? p.w->scales.data() + col : nullptr;
   for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += kc) {
     const int64_t this_kc = k - k0 < kc ? k - k0 : kc;
     const bool first = k0 == 0, last = k0 + this_kc >= k;
@@ -120,12 +129,14 @@ inline void RowBlockTimesPanels(const GemmParams& p, int64_t r0, int64_t r1, int
       float* out = last ? p.y + row * p.ldy + col : buf;
       const int64_t ldo = last ? p.ldy : NP * 16;
       const float* b = last ? bias : nullptr;
+      const float* sc = last ? scale : nullptr;
       const int64_t c = last ? cols : NP * 16;
       if (rows == MR) {
-        Tile<Ops, MR, NP>(x, p.ldx, w + k0 * 16, panel_floats, this_kc, acc_in, out, ldo, b, c);
+        Tile<Ops, W, MR, NP>(x, p.ldx, w + k0 * 16, panel_elems, this_kc, acc_in, out, ldo, sc, b,
+                             c);
       } else {
-        TailTile<Ops, NP, MR - 1>(rows, x, p.ldx, w + k0 * 16, panel_floats, this_kc, acc_in, out,
-                                  ldo, b, c);
+        TailTile<Ops, W, NP, MR - 1>(rows, x, p.ldx, w + k0 * 16, panel_elems, this_kc, acc_in, out,
+                                     ldo, sc, b, c);
       }
     }
     if (last) break;
@@ -134,44 +145,48 @@ inline void RowBlockTimesPanels(const GemmParams& p, int64_t r0, int64_t r1, int
 
 // Fewer than kMainRows rows (decode, the tail of a batch): the whole k in one
 // go, NP panels at a time so that even one row has several FMA chains.
-template <class Ops, int MR, int NP>
+template <class Ops, class W, int MR, int NP>
 inline void FewRows(const GemmParams& p, int64_t row, int64_t pb, int64_t pe) {
   const int64_t k = p.w->k, n = p.w->n;
-  const int64_t panel_floats = k * 16;
+  const int64_t panel_elems = k * 16;
   const float* x = p.x + row * p.ldx;
   float* y = p.y + row * p.ldy;
+  const typename W::T* w = p.w->template As<typename W::T>();
+  const float* scales = p.w->scales.size() != 0 ? p.w->scales.data() : nullptr;
   int64_t panel = pb;
   for (; panel + NP <= pe; panel += NP) {
     const int64_t col = panel * 16;
     const int64_t cols = n - col < NP * 16 ? n - col : NP * 16;
-    Tile<Ops, MR, NP>(x, p.ldx, p.w->data.data() + panel * panel_floats, panel_floats, k, nullptr,
-                      y + col, p.ldy, p.bias != nullptr ? p.bias + col : nullptr, cols);
+    Tile<Ops, W, MR, NP>(x, p.ldx, w + panel * panel_elems, panel_elems, k, nullptr, y + col, p.ldy,
+                         scales != nullptr ? scales + col : nullptr,
+                         p.bias != nullptr ? p.bias + col : nullptr, cols);
   }
   for (; panel < pe; ++panel) {
     const int64_t col = panel * 16;
     const int64_t cols = n - col < 16 ? n - col : 16;
-    Tile<Ops, MR, 1>(x, p.ldx, p.w->data.data() + panel * panel_floats, panel_floats, k, nullptr,
-                     y + col, p.ldy, p.bias != nullptr ? p.bias + col : nullptr, cols);
+    Tile<Ops, W, MR, 1>(x, p.ldx, w + panel * panel_elems, panel_elems, k, nullptr, y + col, p.ldy,
+                        scales != nullptr ? scales + col : nullptr,
+                        p.bias != nullptr ? p.bias + col : nullptr, cols);
   }
 }
 
-template <class Ops, int R>
+template <class Ops, class W, int R>
 inline void RemainderRows(const GemmParams& p, int64_t row, int64_t rows, int64_t pb, int64_t pe) {
   if constexpr (R > 0) {
     if (rows == R) {
-      FewRows<Ops, R, Ops::RemPanels(R)>(p, row, pb, pe);
+      FewRows<Ops, W, R, Ops::RemPanels(R)>(p, row, pb, pe);
     } else {
-      RemainderRows<Ops, R - 1>(p, row, rows, pb, pe);
+      RemainderRows<Ops, W, R - 1>(p, row, rows, pb, pe);
     }
   }
 }
 
-template <class Ops>
-void GemmPanels(const GemmParams& p, int64_t pb, int64_t pe) {
+template <class Ops, class W>
+void GemmPanelsOf(const GemmParams& p, int64_t pb, int64_t pe) {
   constexpr int MR = Ops::kMainRows;
   constexpr int NP = Ops::kMainPanels;
   if (p.m < MR) {
-    RemainderRows<Ops, MR - 1>(p, 0, p.m, pb, pe);
+    RemainderRows<Ops, W, MR - 1>(p, 0, p.m, pb, pe);
     return;
   }
   const int64_t k = p.w->k;
@@ -193,9 +208,24 @@ void GemmPanels(const GemmParams& p, int64_t pb, int64_t pe) {
     const int64_t r1 = r0 + row_block < m_main ? r0 + row_block : p.m;
     int64_t panel = pb;
     for (; panel + NP <= pe; panel += NP) {
-      RowBlockTimesPanels<Ops, MR, NP>(p, r0, r1, panel, kc, acc_buf);
+      RowBlockTimesPanels<Ops, W, MR, NP>(p, r0, r1, panel, kc, acc_buf);
     }
-    for (; panel < pe; ++panel) RowBlockTimesPanels<Ops, MR, 1>(p, r0, r1, panel, kc, acc_buf);
+    for (; panel < pe; ++panel) RowBlockTimesPanels<Ops, W, MR, 1>(p, r0, r1, panel, kc, acc_buf);
+  }
+}
+
+// The body for p.w's storage format.
+template <class Ops>
+void GemmPanels(const GemmParams& p, int64_t pb, int64_t pe) {
+  switch (p.w->format) {
+    case WeightFormat::kF32:
+      return GemmPanelsOf<Ops, F32W>(p, pb, pe);
+    case WeightFormat::kBF16:
+      return GemmPanelsOf<Ops, Bf16W>(p, pb, pe);
+    case WeightFormat::kF16:
+      return GemmPanelsOf<Ops, F16W>(p, pb, pe);
+    case WeightFormat::kInt8:
+      return GemmPanelsOf<Ops, Int8W>(p, pb, pe);
   }
 }
 

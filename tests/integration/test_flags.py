@@ -18,6 +18,8 @@ CASES = [
     ("backend-bogus", ["--model=builtin:tiny", "--backend=bogus"], ["backend"]),
     ("max-num-seqs-0", ["--model=builtin:tiny", "--max_num_seqs=0"], ["max_num_seqs"]),
     ("dtype-bogus", ["--model=builtin:tiny", "--dtype=int3"], ["dtype"]),
+    ("quantization-bogus", ["--model=builtin:tiny", "--quantization=int3"],
+     ["quantization", "none or int8"]),
     ("kv-cache-dtype-bogus", ["--model=builtin:tiny", "--kv_cache_dtype=int3"],
      ["kv_cache_dtype", "auto, bfloat16, float16, fp8_e4m3, int8, int4, fp4_e2m1"]),
     # Validated before any backend starts, on CUDA as on the CPU.

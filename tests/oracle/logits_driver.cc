@@ -7,6 +7,7 @@
 //                                  "block_size": 16, "chunk": 64,
 //                                  "backend": "cpu" | "cuda", "dtype": "auto",
 //                                  "max_model_len": 0,
+//                                  "weight_dtype": "auto", "quantization": "none",
 //                                  "kv_cache_dtype": "auto" (cpu: engine/kv_cache.h)}
 //   > {"prompt_logits": [[...], ...], "greedy": [ids], "prompt_ids": [ids]}
 #include <algorithm>
@@ -37,10 +38,17 @@ int main(int argc, char** argv) {
   const nlohmann::json request = nlohmann::json::parse(std::cin, nullptr, false);
   if (request.is_discarded()) return Fail("stdin is not JSON");
   const std::string backend = request.value("backend", "cpu");
+  // weight_dtype / quantization: the cpu runner's weight format (the
+  // server's --dtype and --quantization).
+  auto weight_dtype = kvserve::engine::ParseWeightDtype(request.value("weight_dtype", "auto"));
+  if (!weight_dtype.ok()) return Fail(std::string(weight_dtype.status().message()));
+  auto quantization = kvserve::engine::ParseQuantization(request.value("quantization", "none"));
+  if (!quantization.ok()) return Fail(std::string(quantization.status().message()));
   // max_model_len: the served length (longrope picks its factors by it).
   auto model = kvserve::engine::LoadModel(
       argv[1], kvserve::engine::LoadModelOptions{
                    .host_weights = backend == "cpu",
+                   .weights = {.dtype = *weight_dtype, .quantization = *quantization},
                    .max_model_len = request.value("max_model_len", int64_t{0})});
   if (!model.ok()) return Fail(std::string(model.status().message()));
 

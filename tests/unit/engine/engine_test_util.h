@@ -22,16 +22,46 @@
 namespace kvserve::engine::testing {
 
 // builtin:NAME, loaded once per process (engine tests only use them read-only).
+// NAME may end in a weight format (model_weights.h):
+//   ":bf16", ":f16"  generated as a bf16 / fp16 checkpoint, weights kept 16-bit
+//   ":int8"          the fp32 checkpoint, weights quantized to int8
 inline const Model& BuiltinModel(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Model>>* models =
       new std::map<std::string, std::unique_ptr<Model>>();
   std::unique_ptr<Model>& model = (*models)[name];
   if (model == nullptr) {
-    auto m = LoadModel("builtin:" + name);
+    const size_t colon = name.find(':');
+    const std::string base = name.substr(0, colon);
+    const std::string format = colon == std::string::npos ? "" : name.substr(colon + 1);
+    LoadModelOptions options;
+    DType checkpoint = DType::kF32;
+    if (format == "bf16") checkpoint = DType::kBF16;
+    if (format == "f16") checkpoint = DType::kF16;
+    if (format == "int8") options.weights.quantization = Quantization::kInt8;
+    EXPECT_TRUE(format.empty() || format == "bf16" || format == "f16" || format == "int8") << name;
+    auto m = LoadBuiltinModel(base, checkpoint, options);
     EXPECT_TRUE(m.ok()) << m.status();
     if (m.ok()) model = std::move(*m);
   }
   return *model;
+}
+
+// A test name's suffix for a model name: '-' and ':' become '_'.
+inline std::string TestNameOf(std::string name) {
+  for (char& ch : name) ch = ch == '-' || ch == ':' ? '_' : ch;
+  return name;
+}
+
+// The tiny models of every family in each non-fp32 weight format, for the
+// invariance tests (with the fp32 KV cache).
+inline std::vector<std::string> TinyModelsInWeightFormats() {
+  std::vector<std::string> names;
+  for (const char* format : {":bf16", ":f16", ":int8"}) {
+    for (const char* model : {"tiny", "tiny-qwen3", "tiny-phi3", "tiny-gemma2", "tiny-gemma3"}) {
+      names.push_back(std::string(model) + format);
+    }
+  }
+  return names;
 }
 
 inline const Model& TinyModel() { return BuiltinModel("tiny"); }

@@ -4,7 +4,8 @@
 // soft-capping, sliding windows of 24 / 40 that the sequences cross,
 // alternating sliding/global layers), with shuffled block tables and NaN in
 // every slot a sequence does not own; for every KV cache format (a row's
-// encoding depends on that row alone, so each holds bit for bit).
+// encoding depends on that row alone, so each holds bit for bit); and for bf16,
+// fp16 and int8 weights (a fixed reduction order per output: kernels/cpu/gemm.h).
 #include <random>
 #include <string>
 #include <tuple>
@@ -166,6 +167,16 @@ INSTANTIATE_TEST_SUITE_P(ModelsAndBlockSizes, RunnerInvarianceTest,
                            for (char& ch : name) ch = ch == '-' ? '_' : ch;
                            return name + "_block" + std::to_string(std::get<1>(info.param)) +
                                   KvDtypeSuffix(std::get<2>(info.param));
+                         });
+
+// 16-bit and int8 weights (engine_test_util.h), with the fp32 KV cache.
+INSTANTIATE_TEST_SUITE_P(WeightFormats, RunnerInvarianceTest,
+                         ::testing::Combine(::testing::ValuesIn(TinyModelsInWeightFormats()),
+                                            ::testing::Values(1, 16),
+                                            ::testing::Values(KvCacheDtype::kFloat32)),
+                         [](const auto& info) {
+                           return TestNameOf(std::get<0>(info.param)) + "_block" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 }  // namespace

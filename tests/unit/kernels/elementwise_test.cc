@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kvserve::kernels {
@@ -283,6 +284,35 @@ TEST(EmbeddingLookupTest, CopiesRows) {
   EmbeddingLookup(table.data(), dim, ids.data(), static_cast<int64_t>(ids.size()), out.data());
   for (size_t i = 0; i < ids.size(); ++i) {
     for (int64_t d = 0; d < dim; ++d) EXPECT_EQ(out[i * dim + d], table[ids[i] * dim + d]);
+  }
+}
+
+// From a packed table: the rows as the GEMM sees them (exact for fp32 and
+// 16-bit; int8 codes times the row's scale).
+TEST(EmbeddingLookupTest, PackedTableRowsPerFormat) {
+  const int64_t dim = 7, vocab = 37;
+  const std::vector<float> table = Random(vocab * dim, 9);
+  const std::vector<int32_t> ids = {3, 0, 36, 17, 3};
+  for (WeightFormat f :
+       {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8}) {
+    const PackedMatrix packed = PackWeights(table.data(), vocab, dim, f);
+    std::vector<float> out(ids.size() * dim);
+    EmbeddingLookup(packed, ids.data(), static_cast<int64_t>(ids.size()), out.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int64_t d = 0; d < dim; ++d) {
+        const float v = table[ids[i] * dim + d];
+        const float got = out[i * dim + d];
+        if (f == WeightFormat::kF32) {
+          ASSERT_EQ(got, v);
+        } else if (f == WeightFormat::kBF16) {
+          ASSERT_EQ(got, BF16ToF32(FloatToBf16(v)));
+        } else if (f == WeightFormat::kF16) {
+          ASSERT_EQ(got, F16ToF32(FloatToHalf(v)));
+        } else {
+          ASSERT_NEAR(got, v, 0.5001f * packed.scales[ids[i]]);
+        }
+      }
+    }
   }
 }
 

@@ -7,7 +7,8 @@
 //   (c) with its prompt prefix served from the cache,
 //   (d) under a pool so small that requests are preempted and recomputed,
 //   (e) with token budgets 16, 64 and 2048 (chunked prefills),
-// for every KV cache format (engine/kv_cache.h).
+// for every KV cache format (engine/kv_cache.h), and for every weight format
+// (bf16, fp16, int8: model_weights.h) with the fp32 cache.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -213,6 +214,14 @@ INSTANTIATE_TEST_SUITE_P(
       for (char& ch : name) ch = ch == '-' ? '_' : ch;
       return name + engine::testing::KvDtypeSuffix(std::get<1>(info.param));
     });
+
+// 16-bit and int8 weights (engine_test_util.h): the same invariances, with
+// the fp32 KV cache.
+INSTANTIATE_TEST_SUITE_P(
+    WeightFormats, EngineInvarianceTest,
+    ::testing::Combine(::testing::ValuesIn(engine::testing::TinyModelsInWeightFormats()),
+                       ::testing::Values(engine::KvCacheDtype::kFloat32)),
+    [](const auto& info) { return engine::testing::TestNameOf(std::get<0>(info.param)); });
 
 }  // namespace
 }  // namespace kvserve::scheduler

@@ -81,6 +81,24 @@ TEST(ServerConfig, KvCacheDtype) {
   EXPECT_NE(Error(c).find("--kv_cache_dtype: must be one of"), std::string::npos) << Error(c);
 }
 
+TEST(ServerConfig, Quantization) {
+  ServerConfig c;
+  for (const char* ok : {"none", "int8"}) {
+    c.quantization = ok;
+    c.backend = "cpu";
+    EXPECT_EQ(Error(c), "") << ok;
+  }
+  c.quantization = "int4";
+  EXPECT_EQ(Error(c), "--quantization: must be none or int8, got \"int4\"");
+  c.quantization = "int8";
+  c.backend = "cuda";
+  EXPECT_NE(Error(c).find("--quantization: the cuda backend has no quantized weights"),
+            std::string::npos)
+      << Error(c);
+  c.quantization = "none";
+  EXPECT_EQ(Error(c), "");
+}
+
 TEST(HealthMonitor, StallOnlyWhileBusy) {
   const TimePoint t0{std::chrono::seconds(1000)};
   const auto stall = std::chrono::seconds(5);

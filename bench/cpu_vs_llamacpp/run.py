@@ -1,0 +1,203 @@
+"""kvserve against llama.cpp on this CPU, at the same weight precision, on the
+same checkpoint.
+
+  .venv/bin/python bench/cpu_vs_llamacpp/run.py [--shapes smollm-135m,qwen2.5-0.5b]
+      [--repeats 3] [--work DIR] [--llama_cpp_build DIR] [--out results.json]
+
+What it does (nothing is written into the repository):
+  1. builds llama.cpp from the llama-cpp-python source distribution on PyPI
+     into a temporary directory (or reuses --llama_cpp_build);
+  2. per shape, writes one random bf16 checkpoint (make_checkpoint.py) and
+     converts it with llama.cpp's own convert_hf_to_gguf.py to BF16 and Q8_0;
+  3. per repeat, interleaved so that both see the same machine state, per
+     precision (kvserve 16-bit vs llama.cpp BF16; kvserve int8 vs Q8_0):
+       - batch-1 decode and 128-token prefill: llama-bench (pp128, tg128) vs
+         the kvserve daemon driven by kvserve-loadgen at concurrency 1
+         (128 in, 128 out: prefill = 128 / TTFT, decode = 1 / TPOT);
+       - 32 concurrent x (128 in, 128 out): llama-batched-bench's generation
+         throughput vs kvserve-loadgen's output tokens/s;
+  4. prints the medians, the kvserve / llama.cpp ratios, and kvserve's decode
+     bytes per token against the in-run copy bandwidth (kvserve_engine_bench
+     measures the copy bandwidth).
+Threads: both use every core (--threads, default nproc).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
+BUILD = os.environ.get("KVSERVE_BUILD_DIR", os.path.join(REPO, "build"))
+KVSERVE = os.path.join(BUILD, "server", "kvserve")
+LOADGEN = os.path.join(BUILD, "tools", "loadgen", "kvserve-loadgen")
+PY = sys.executable
+
+# precision -> (kvserve flags, GGUF outtype)
+PRECISIONS = {
+    "16-bit": ([], "bf16"),
+    "int8": (["--quantization=int8"], "q8_0"),
+}
+PROMPT, OUTPUT, BATCH = 128, 128, 32
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def build_llama_cpp(work):
+    src_dir = os.path.join(work, "sdist")
+    os.makedirs(src_dir, exist_ok=True)
+    sh([PY, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", src_dir,
+        "llama-cpp-python"])
+    tarball = glob.glob(os.path.join(src_dir, "llama_cpp_python-*.tar.gz"))[0]
+    sh(["tar", "xzf", tarball, "-C", src_dir])
+    root = glob.glob(os.path.join(src_dir, "llama_cpp_python-*", "vendor", "llama.cpp"))[0]
+    build = os.path.join(root, "build")
+    sh(["cmake", "-S", root, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+        "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DGGML_CUDA=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_SERVER=OFF"])
+    sh(["cmake", "--build", build, "-j", str(os.cpu_count()), "--target", "llama-bench",
+        "llama-batched-bench"])
+    return build
+
+
+def llama_root(build):
+    return os.path.dirname(os.path.abspath(build))
+
+
+def make_ggufs(build, ckpt, work, shape):
+    root = llama_root(build)
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "gguf-py"))
+    out = {}
+    for _, outtype in PRECISIONS.values():
+        path = os.path.join(work, f"{shape}-{outtype}.gguf")
+        if not os.path.exists(path):
+            sh([PY, os.path.join(root, "convert_hf_to_gguf.py"), ckpt, "--outtype", outtype,
+                "--outfile", path], env=env)
+        out[outtype] = path
+    return out
+
+
+def llama_bench(build, gguf, threads):
+    rows = json.loads(sh([os.path.join(build, "bin", "llama-bench"), "-m", gguf, "-p", str(PROMPT),
+                          "-n", str(OUTPUT), "-t", str(threads), "-r", "1", "-o", "json"]))
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] == PROMPT and r["n_gen"] == 0)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] == OUTPUT and r["n_prompt"] == 0)
+    return pp, tg
+
+
+def llama_batched(build, gguf, threads):
+    text = sh([os.path.join(build, "bin", "llama-batched-bench"), "-m", gguf, "-c",
+               str(BATCH * (PROMPT + OUTPUT) + 256), "-b", "2048", "-ub", "512", "-npp", str(PROMPT),
+               "-ntg", str(OUTPUT), "-npl", str(BATCH), "-t", str(threads), "-tb", str(threads),
+               "--output-format", "jsonl"])
+    row = json.loads([l for l in text.splitlines() if l.startswith("{")][-1])
+    return row["speed_tg"]
+
+
+class Daemon:
+    def __init__(self, ckpt, flags, log_prefix):
+        self.stderr = open(log_prefix + ".stderr", "w")
+        self.proc = subprocess.Popen(
+            [KVSERVE, "--host=127.0.0.1", "--port=0", "--metrics_host=127.0.0.1", "--metrics_port=0",
+             f"--model={ckpt}", "--log_requests=false", f"--max_model_len={PROMPT + OUTPUT + 16}",
+             *flags], stdout=subprocess.PIPE, stderr=self.stderr, text=True)
+        for line in self.proc.stdout:
+            if line.startswith("kvserve ready"):
+                self.grpc = re.search(r"grpc=(\S+)", line).group(1)
+                self.metrics = "http://" + re.search(r"metrics=(\S+)", line).group(1) + "/metrics"
+                return
+        raise RuntimeError(f"kvserve did not start; see {log_prefix}.stderr")
+
+    def loadgen(self, out_json, concurrency, num_requests):
+        subprocess.run([LOADGEN, f"--address={self.grpc}", f"--concurrency={concurrency}",
+                        f"--num_requests={num_requests}", f"--prompt_len={PROMPT}",
+                        f"--output_len={OUTPUT}", "--seed=1", f"--output_json={out_json}"],
+                       check=True, capture_output=True)
+        return json.load(open(out_json))["phases"][0]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        self.stderr.close()
+
+
+def kvserve_runs(ckpt, flags, prefix):
+    d = Daemon(ckpt, flags, prefix)
+    try:
+        d.loadgen(prefix + "-warmup.json", 1, 1)
+        single = d.loadgen(prefix + "-c1.json", 1, 3)
+        batched = d.loadgen(prefix + "-c32.json", BATCH, BATCH)
+    finally:
+        d.stop()
+    if single["num_failed"] or batched["num_failed"]:
+        raise RuntimeError(f"kvserve requests failed; see {prefix}-*.json")
+    return (PROMPT / (single["ttft_ms"]["p50"] / 1e3), 1e3 / single["tpot_ms"]["p50"],
+            batched["output_token_throughput"])
+
+
+def rss_mb(ckpt, flags):
+    """Resident memory of an idle daemon with the model loaded."""
+    d = Daemon(ckpt, flags, os.path.join(tempfile.gettempdir(), "kvserve-rss"))
+    try:
+        time.sleep(1)
+        with open(f"/proc/{d.proc.pid}/status") as f:
+            return int(next(l for l in f if l.startswith("VmRSS")).split()[1]) / 1024
+    finally:
+        d.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="smollm-135m,qwen2.5-0.5b")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--work", default=None, help="scratch dir (default: a new temporary one)")
+    ap.add_argument("--llama_cpp_build", default=None, help="an existing llama.cpp build dir")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    args = ap.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="kvserve-vs-llamacpp-")
+    build = args.llama_cpp_build or build_llama_cpp(work)
+    results = {}
+    for shape in args.shapes.split(","):
+        ckpt = os.path.join(work, shape)
+        if not os.path.exists(os.path.join(ckpt, "model.safetensors")):
+            sh([PY, os.path.join(os.path.dirname(__file__), "make_checkpoint.py"), "--shape", shape,
+                "--out", ckpt])
+        ggufs = make_ggufs(build, ckpt, work, shape)
+        for precision in args.precisions.split(","):
+            flags, outtype = PRECISIONS[precision]
+            runs = {k: [] for k in ("kv_prefill", "kv_decode", "kv_batched", "ll_prefill",
+                                    "ll_decode", "ll_batched")}
+            for r in range(args.repeats):
+                pp, tg = llama_bench(build, ggufs[outtype], args.threads)
+                kp, kd, kb = kvserve_runs(ckpt, flags, os.path.join(work, f"{shape}-{precision}-{r}"))
+                lb = llama_batched(build, ggufs[outtype], args.threads)
+                for k, v in zip(runs, (kp, kd, kb, pp, tg, lb)):
+                    runs[k].append(v)
+            med = {k: statistics.median(v) for k, v in runs.items()}
+            med["rss_mb"] = rss_mb(ckpt, flags)
+            results[f"{shape} {precision}"] = dict(median=med, runs=runs, gguf=outtype)
+            print(f"{shape} {precision} (vs llama.cpp {outtype.upper()}), median of {args.repeats}:")
+            for what in ("prefill", "decode", "batched"):
+                k, l = med["kv_" + what], med["ll_" + what]
+                print(f"  {what:8s} kvserve {k:8.1f} tok/s  llama.cpp {l:8.1f} tok/s  ratio {k / l:.2f}x")
+            print(f"  kvserve RSS (idle, model loaded): {med['rss_mb']:.0f} MiB")
+            sys.stdout.flush()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
