@@ -127,7 +127,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
     return model;
   }
   const SafetensorsCheckpoint& opened = *model->checkpoint;  // owned by *model, which Finish keeps
-  return Finish(std::move(model), opened, options);
+  auto finished = Finish(std::move(model), opened, options);
+  // The CPU runner reads only the packed weights: unmap the checkpoint, whose
+  // pages the packing touched and which would otherwise stay in the RSS.
+  if (finished.ok()) (*finished)->checkpoint.reset();
+  return finished;
 }
 
 }  // namespace kvserve::engine

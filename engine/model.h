@@ -35,7 +35,8 @@ struct Model {
 
   // Where a GPU runner takes its weights from: the opened (memory-mapped)
   // checkpoint of a directory, or the seed of a builtin model's generated
-  // weights. With host_weights = false, `weights` stays empty.
+  // weights. With host_weights = false, `weights` stays empty; with
+  // host_weights = true the checkpoint is closed once packed (null here).
   std::unique_ptr<SafetensorsCheckpoint> checkpoint;
   std::optional<uint64_t> builtin_seed;
 };
