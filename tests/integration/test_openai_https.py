@@ -135,11 +135,12 @@ def test_plain_http_to_the_tls_port_fails_and_the_server_keeps_serving(kvserve_f
                 except ConnectionResetError:
                     reply = b""
                 assert reply == b"" or reply[0] == 0x15, (raw, reply)  # 0x15: alert record
-        client = openai_client(https_url(d), ssl_context(certs))
-        assert complete(client).usage.completion_tokens == 16
+        with openai_client(https_url(d), ssl_context(certs)) as client:
+            assert complete(client).usage.completion_tokens == 16
     finally:
         silent.close()
-    # Every refused connection is gone (the gauge counts open HTTP connections).
+    # Every connection is gone, the refused ones and the one the client
+    # closed (the gauge counts open HTTP connections).
     samples = d.wait_metrics(
         lambda m: kf.metric(m, "kvserve_http_connections") <= connections_before, timeout=30)
     assert kf.metric(samples, "kvserve_http_connections") <= connections_before
