@@ -57,6 +57,7 @@ RUN apt-get update \
       libabsl-dev libboost-dev nlohmann-json3-dev libspdlog-dev libfmt-dev \
       libsentencepiece-dev libpcre2-dev libutf8proc-dev \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev \
+      libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src

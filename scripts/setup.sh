@@ -13,7 +13,7 @@ debian_packages=(
   libabsl-dev libboost-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libsentencepiece-dev libpcre2-dev libutf8proc-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev
-  prometheus openssl curl
+  libssl-dev prometheus openssl curl
   clang libclang-rt-14-dev  # the ASan/UBSan build and libFuzzer (scripts/test_sanitizers.sh)
 )
 

@@ -54,18 +54,33 @@ void InstallAsyncLogger() {
   spdlog::flush_every(std::chrono::seconds(1));
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const ServerConfig& c) {
-  if (c.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options;
+// The PEM files of --tls_cert_file, --tls_key_file and --tls_client_ca_file,
+// read once: the gRPC port and the HTTP port serve the same TLS (both, or
+// neither, and mTLS on both). nullopt without TLS.
+absl::StatusOr<std::optional<http::HttpTlsOptions>> ReadTlsFiles(const ServerConfig& c) {
+  if (c.tls_cert_file.empty()) return std::nullopt;
+  http::HttpTlsOptions tls;
   auto cert = ReadFlagFile(c.tls_cert_file, "tls_cert_file");
   if (!cert.ok()) return cert.status();
+  tls.cert_chain = *std::move(cert);
   auto key = ReadFlagFile(c.tls_key_file, "tls_key_file");
   if (!key.ok()) return key.status();
-  options.pem_key_cert_pairs.push_back({*key, *cert});
+  tls.private_key = *std::move(key);
   if (!c.tls_client_ca_file.empty()) {
     auto ca = ReadFlagFile(c.tls_client_ca_file, "tls_client_ca_file");
     if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
+    tls.client_ca = *std::move(ca);
+  }
+  return tls;
+}
+
+std::shared_ptr<grpc::ServerCredentials> MakeCredentials(
+    const std::optional<http::HttpTlsOptions>& tls) {
+  if (!tls) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({tls->private_key, tls->cert_chain});
+  if (!tls->client_ca.empty()) {
+    options.pem_root_certs = tls->client_ca;
     options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(options);
@@ -208,8 +223,8 @@ int RunDaemon(const ServerConfig& config) {
     if (!loaded_token.ok()) return StartupFailed(loaded_token.status());
     token = *std::move(loaded_token);
   }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeCredentials(config);
-  if (!credentials.ok()) return StartupFailed(credentials.status());
+  absl::StatusOr<std::optional<http::HttpTlsOptions>> tls = ReadTlsFiles(config);
+  if (!tls.ok()) return StartupFailed(tls.status());
 
   scheduler::EngineLoop loop(std::make_unique<scheduler::EngineCore>(
       engine_config, scheduler::ModelInfoOf(model), std::move(backend_parts.runner)));
@@ -240,7 +255,7 @@ int RunDaemon(const ServerConfig& config) {
   grpc::ServerBuilder builder;
   int grpc_port = 0;
   const std::string address = absl::StrCat(config.host, ":", config.port);
-  builder.AddListeningPort(address, *credentials, &grpc_port);
+  builder.AddListeningPort(address, MakeCredentials(*tls), &grpc_port);
   builder.SetMaxReceiveMessageSize(config.max_receive_message_bytes);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -271,6 +286,7 @@ int RunDaemon(const ServerConfig& config) {
     options.port = config.http_port < 0 ? 0 : config.http_port;
     options.io_threads = config.http_io_threads;
     options.max_body_bytes = static_cast<size_t>(config.max_receive_message_bytes);
+    options.tls = *tls;  // HTTPS (and mTLS) exactly when the gRPC port has them
     absl::StatusOr<std::unique_ptr<http::HttpServer>> started =
         http::HttpServer::Start(options, *http_handler, metrics.get());
     if (!started.ok()) return StartupFailed(started.status());

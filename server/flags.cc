@@ -16,7 +16,7 @@ ABSL_FLAG(int32_t, metrics_port, 9400, "Prometheus /metrics port; 0 picks a free
 ABSL_FLAG(int32_t, http_port, 0,
           "OpenAI-compatible HTTP API port on --host (/v1/completions, /v1/chat/completions, "
           "/v1/models, /tokenize, /detokenize, /health); 0 turns it off, -1 picks a free port "
-          "(see the ready line). Same bearer token and drain rules as gRPC; no TLS.");
+          "(see the ready line). Same bearer token, drain rules and TLS / mTLS (--tls_*) as gRPC.");
 ABSL_FLAG(int32_t, http_io_threads, 2,
           "Threads serving the HTTP API's connections (all of them, streaming or not).");
 ABSL_FLAG(std::string, chat_template, "",
@@ -72,7 +72,8 @@ ABSL_FLAG(int64_t, max_waiting_tokens, int64_t{1} << 20,
 ABSL_FLAG(int32_t, max_model_len, 0,
           "Longest request (prompt + max_tokens); 0 uses the model's max_position_embeddings.");
 ABSL_FLAG(bool, enable_prefix_caching, true, "Share KV blocks between equal prompt prefixes.");
-ABSL_FLAG(std::string, tls_cert_file, "", "PEM server certificate chain; enables TLS.");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM server certificate chain; enables TLS on the gRPC and the HTTP API ports.");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
 ABSL_FLAG(std::string, tls_client_ca_file, "",
           "PEM CA bundle; when set, clients must present a certificate it signed (mTLS).");

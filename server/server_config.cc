@@ -89,11 +89,6 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
     return Bad("tls_client_ca_file", "mTLS needs --tls_cert_file and --tls_key_file too");
   }
-  if (c.http_port != 0 && !c.tls_cert_file.empty()) {
-    return Bad("http_port",
-               "the HTTP API has no TLS yet; serve it behind a TLS-terminating proxy and run "
-               "without --tls_cert_file, or leave --http_port at 0");
-  }
   return absl::OkStatus();
 }
 

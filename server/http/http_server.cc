@@ -3,6 +3,7 @@
 #include <chrono>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -13,12 +14,15 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/ssl.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/strand.hpp"
 #include "boost/asio/write.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
+#include "boost/beast/ssl.hpp"
 #include "engine/logging.h"
+#include "openssl/ssl.h"
 
 namespace kvserve::server::http {
 namespace {
@@ -27,6 +31,8 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 std::chrono::steady_clock::duration Seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -41,17 +47,25 @@ struct Shared {
 
 // One connection. Owned by the asynchronous operations in flight (each holds
 // a shared_ptr); every member is touched on the connection's strand only.
+// Stream is PlainStream or TlsStream: one code path, TLS adds the handshake
+// in front (the timeouts are the TCP layer's, transport(), under both).
 //
 // States: reading a request -> in a response (in_response_) -> reading the
 // next one (keep-alive) ... -> closed. While in a response, a "watch" read
 // is pending so that a client that leaves is noticed; if the client sends
 // its next request instead, those bytes stay in buffer_ for the next parse.
-class Session final : public HttpChannel, public std::enable_shared_from_this<Session> {
+template <class Stream>
+class Session final : public HttpChannel, public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+  static_assert(kTls || std::is_same_v<Stream, PlainStream>);
+
  public:
-  Session(tcp::socket&& socket, const Shared& shared)
-      : stream_(std::move(socket)),
-        executor_(stream_.get_executor()),
-        idle_timer_(stream_.get_executor()),
+  // `stream_args`: the accepted socket (and, for TLS, the ssl::context).
+  template <class... StreamArgs>
+  explicit Session(const Shared& shared, StreamArgs&&... stream_args)
+      : stream_(std::forward<StreamArgs>(stream_args)...),
+        executor_(beast::get_lowest_layer(stream_).get_executor()),
+        idle_timer_(executor_),
         shared_(shared) {
     if (shared_.metrics != nullptr) shared_.metrics->OnHttpConnection(+1);
   }
@@ -60,8 +74,11 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
   }
 
   void Start() {
-    net::dispatch(stream_.get_executor(),
-                  beast::bind_front_handler(&Session::ReadHeader, shared_from_this()));
+    if constexpr (kTls) {
+      net::dispatch(executor_, beast::bind_front_handler(&Session::Handshake, self()));
+    } else {
+      net::dispatch(executor_, beast::bind_front_handler(&Session::ReadHeader, self()));
+    }
   }
 
   // ---- HttpChannel (strand) ----
@@ -110,15 +127,35 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
                         "\r\nServer: kvserve\r\n");
   }
 
+  std::shared_ptr<Session> self() { return this->shared_from_this(); }
+  beast::tcp_stream& transport() { return beast::get_lowest_layer(stream_); }
+
+  // ---- TLS: the server handshake, under its own timeout; any failure
+  // (plain HTTP, no or an untrusted client certificate) closes the
+  // connection without an answer, as the gRPC port does ----
+  void Handshake() {
+    transport().expires_after(Seconds(shared_.options.handshake_timeout_s));
+    stream_.async_handshake(net::ssl::stream_base::server,
+                            beast::bind_front_handler(&Session::OnHandshake, self()));
+  }
+
+  void OnHandshake(beast::error_code ec) {
+    if (ec) {
+      engine::Log().debug("http: TLS handshake failed: {}", ec.message());
+      return Close();
+    }
+    ReadHeader();
+  }
+
   // ---- reading ----
   void ReadHeader() {
     if (closed_) return;
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(shared_.options.max_header_bytes));
     parser_->body_limit(shared_.options.max_body_bytes);
-    stream_.expires_after(Seconds(shared_.options.header_timeout_s));
+    transport().expires_after(Seconds(shared_.options.header_timeout_s));
     bhttp::async_read_header(stream_, buffer_, *parser_,
-                             beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
+                             beast::bind_front_handler(&Session::OnHeader, self()));
   }
 
   void OnHeader(beast::error_code ec, size_t) {
@@ -127,9 +164,9 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
     const auto expect = parser_->get()[bhttp::field::expect];
     if (beast::iequals(expect, "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      stream_.expires_after(Seconds(shared_.options.write_timeout_s));
+      transport().expires_after(Seconds(shared_.options.write_timeout_s));
       net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
-                       [self = shared_from_this()](beast::error_code ec, size_t) {
+                       [self = this->shared_from_this()](beast::error_code ec, size_t) {
                          if (ec) return self->Close();
                          self->ReadBody();
                        });
@@ -139,9 +176,9 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
   }
 
   void ReadBody() {
-    stream_.expires_after(Seconds(shared_.options.body_timeout_s));
+    transport().expires_after(Seconds(shared_.options.body_timeout_s));
     bhttp::async_read(stream_, buffer_, *parser_,
-                      beast::bind_front_handler(&Session::OnBody, shared_from_this()));
+                      beast::bind_front_handler(&Session::OnBody, self()));
   }
 
   void OnBody(beast::error_code ec, size_t) {
@@ -176,7 +213,7 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
   }
 
   void OnRequest() {
-    stream_.expires_never();
+    transport().expires_never();
     bhttp::request<bhttp::string_body>& req = parser_->get();
     keep_alive_ = req.keep_alive();
     HttpRequest request;
@@ -202,7 +239,7 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
   void StartWatch() {
     watching_ = true;
     stream_.async_read_some(buffer_.prepare(4096),
-                            beast::bind_front_handler(&Session::OnWatch, shared_from_this()));
+                            beast::bind_front_handler(&Session::OnWatch, self()));
   }
 
   void OnWatch(beast::error_code ec, size_t n) {
@@ -231,9 +268,9 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
     write_buf_ = std::move(out_);
     out_.clear();
     write_has_end_ = end_queued_;
-    stream_.expires_after(Seconds(shared_.options.write_timeout_s));
+    transport().expires_after(Seconds(shared_.options.write_timeout_s));
     net::async_write(stream_, net::buffer(write_buf_),
-                     beast::bind_front_handler(&Session::OnWrite, shared_from_this()));
+                     beast::bind_front_handler(&Session::OnWrite, self()));
   }
 
   void OnWrite(beast::error_code ec, size_t) {
@@ -251,7 +288,7 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
     exchange_.reset();
     if (!keep_alive_) {
       beast::error_code ignored;
-      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      transport().socket().shutdown(tcp::socket::shutdown_send, ignored);
       return Close();
     }
     if (next_ready_) {
@@ -260,7 +297,7 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
     }
     if (watching_) {  // keep-alive: the watch read waits for the next request
       idle_timer_.expires_after(Seconds(shared_.options.idle_timeout_s));
-      idle_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      idle_timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
         if (!ec && !self->in_response_) self->Close();
       });
       return;
@@ -273,15 +310,18 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
     closed_ = true;
     idle_timer_.cancel();
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    transport().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    // TLS: no close_notify (an SSL shutdown would need a read and a write of
+    // its own, racing the watch read); HTTP's own framing (Content-Length, the
+    // last chunk) tells a client that a response is complete.
+    transport().close();
     if (exchange_) {
       std::shared_ptr<Exchange> exchange = std::move(exchange_);
       exchange->OnDisconnect();
     }
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   const beast::tcp_stream::executor_type executor_;  // the strand
   net::steady_timer idle_timer_;
   const Shared& shared_;
@@ -301,10 +341,51 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
   bool closed_ = false;
 };
 
+// The server side of gRPC's SslServerCredentials with the same flags: TLS
+// 1.2 or 1.3, the certificate chain and key; with a client CA, a client
+// certificate is required and verified against it (and only it).
+absl::Status ConfigureTls(const HttpTlsOptions& tls, net::ssl::context& ctx) {
+  beast::error_code ec;
+  auto bad = [&ec](const char* flag, const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", what, ": ", ec.message()));
+  };
+  SSL_CTX* native = ctx.native_handle();
+  if (SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION) != 1) {
+    return absl::InternalError("TLS: cannot set the minimum protocol version");
+  }
+  ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_compression |
+                      net::ssl::context::single_dh_use,
+                  ec);
+  if (ec) return bad("tls_cert_file", "TLS options");
+  ctx.use_certificate_chain(net::buffer(tls.cert_chain), ec);
+  if (ec) return bad("tls_cert_file", "not a PEM certificate chain");
+  ctx.use_private_key(net::buffer(tls.private_key), net::ssl::context::pem, ec);
+  if (ec) return bad("tls_key_file", "not a PEM private key of the --tls_cert_file certificate");
+  if (SSL_CTX_check_private_key(native) != 1) {
+    return absl::InvalidArgumentError(
+        "--tls_key_file: does not match the certificate of --tls_cert_file");
+  }
+  if (!tls.client_ca.empty()) {
+    ctx.add_certificate_authority(net::buffer(tls.client_ca), ec);
+    if (ec) return bad("tls_client_ca_file", "not PEM CA certificates");
+    ctx.set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert, ec);
+    if (ec) return bad("tls_client_ca_file", "TLS verify mode");
+    // OpenSSL refuses to resume a session of a verified client without a
+    // session id context.
+    static constexpr unsigned char kSessionContext[] = "kvserve-http";
+    if (SSL_CTX_set_session_id_context(native, kSessionContext, sizeof(kSessionContext) - 1) != 1) {
+      return absl::InternalError("TLS: cannot set the session id context");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
   Shared shared;
+  // Before ioc: outlives every Session (each SSL also holds a reference).
+  std::optional<net::ssl::context> ssl;
   net::io_context ioc;
   net::executor_work_guard<net::io_context::executor_type> work{ioc.get_executor()};
   tcp::acceptor acceptor{net::make_strand(ioc)};
@@ -327,7 +408,11 @@ struct HttpServer::Impl {
         });
         return;
       }
-      std::make_shared<Session>(std::move(socket), shared)->Start();
+      if (ssl) {
+        std::make_shared<Session<TlsStream>>(shared, std::move(socket), *ssl)->Start();
+      } else {
+        std::make_shared<Session<PlainStream>>(shared, std::move(socket))->Start();
+      }
       Accept();
     });
   }
@@ -338,6 +423,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
                                                               ServerMetrics* metrics) {
   auto impl = std::make_unique<Impl>(options.io_threads);
   impl->shared = Shared{options, &handler, metrics};
+  if (options.tls) {
+    impl->ssl.emplace(net::ssl::context::tls_server);
+    if (absl::Status s = ConfigureTls(*options.tls, *impl->ssl); !s.ok()) return s;
+  }
   const std::string where = absl::StrCat(options.host, ":", options.port);
   auto fail = [&](const beast::error_code& ec) {
     return absl::UnavailableError(

@@ -14,10 +14,16 @@
 // away (the Exchange is told, which aborts the engine requests). Malformed
 // HTTP gets a 400 (413 for a body over the limit, 431 for headers) and the
 // connection is closed; nothing on the wire can end the process.
+//
+// TLS (HttpServerOptions::tls): the same Session, templated on its stream
+// (plain TCP or Asio SSL over it), first runs the server handshake under a
+// timeout; a failed handshake (plain HTTP, an untrusted or missing client
+// certificate under mTLS) just closes that connection.
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -26,22 +32,35 @@
 
 namespace kvserve::server::http {
 
+// PEM contents (not paths), as the gRPC credentials take them.
+struct HttpTlsOptions {
+  std::string cert_chain;   // --tls_cert_file: the server's certificate (chain)
+  std::string private_key;  // --tls_key_file
+  // --tls_client_ca_file; non-empty: every client must present a certificate
+  // that verifies against these CAs (mTLS), as gRPC's
+  // REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY.
+  std::string client_ca;
+};
+
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: an ephemeral port (see port())
   int io_threads = 2;
   size_t max_body_bytes = 4 << 20;
   size_t max_header_bytes = 16 << 10;
-  double header_timeout_s = 30;  // a request's header, from its first byte
-  double body_timeout_s = 60;    // its body, after the header
-  double idle_timeout_s = 60;    // keep-alive: between requests
-  double write_timeout_s = 60;   // one write to a client that does not read
+  double header_timeout_s = 30;       // a request's header, from its first byte
+  double body_timeout_s = 60;         // its body, after the header
+  double idle_timeout_s = 60;         // keep-alive: between requests
+  double write_timeout_s = 60;        // one write to a client that does not read
+  double handshake_timeout_s = 30;    // TLS: the handshake, from the accept
+  std::optional<HttpTlsOptions> tls;  // absent: plain HTTP
 };
 
 class HttpServer {
  public:
   // Binds and starts serving. `handler` and `metrics` (nullable) outlive the
-  // server. Unavailable naming the address when it cannot listen.
+  // server. Unavailable naming the address when it cannot listen;
+  // InvalidArgument naming the flag when a TLS PEM does not load.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
                                                            RequestHandler& handler,
                                                            ServerMetrics* metrics);

@@ -534,3 +534,44 @@ def openssl_available() -> str:
     if path is None:
         pytest.fail("openssl CLI not found (needed to make test certificates)", pytrace=False)
     return path
+
+
+def _openssl(*args, cwd: Path):
+    res = subprocess.run([openssl_available(), *args], cwd=cwd, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, f"openssl {' '.join(args)}:\n{res.stderr}"
+
+
+def _make_ca(d: Path, name: str):
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+             "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
+             "-subj", f"/CN=kvserve test {name}",
+             "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+
+
+def _make_leaf(d: Path, name: str, ca: str, ext: str):
+    (d / f"{name}.ext").write_text(ext)
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN=kvserve-{name}",
+             cwd=d)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
+             "-extfile", f"{name}.ext", cwd=d)
+
+
+def make_test_certs(d: Path) -> Path:
+    """Test PKI in `d` (returned): ca.pem/.key and other-ca.pem/.key (two CAs);
+    server.pem/.key signed by ca for 127.0.0.1 and localhost; client.pem/.key
+    signed by ca and rogue-client.pem/.key signed by other-ca (clientAuth)."""
+    _make_ca(d, "ca")
+    _make_ca(d, "other-ca")
+    _make_leaf(d, "server", "ca",
+               "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+               "keyUsage=critical,digitalSignature,keyEncipherment\n"
+               "extendedKeyUsage=serverAuth\n")
+    client_ext = ("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                  "extendedKeyUsage=clientAuth\n")
+    _make_leaf(d, "client", "ca", client_ext)
+    _make_leaf(d, "rogue-client", "other-ca", client_ext)
+    return d

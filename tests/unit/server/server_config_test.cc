@@ -50,12 +50,16 @@ TEST(ServerConfig, HttpPort) {
   c = ServerConfig{};
   c.http_io_threads = 0;
   EXPECT_NE(Error(c).find("--http_io_threads"), std::string::npos);
-  // No TLS on the HTTP port yet: refused rather than served in clear text.
+  // The HTTP port serves TLS (and mTLS) with the gRPC port's flags.
   c = ServerConfig{};
   c.http_port = 8000;
   c.tls_cert_file = "cert.pem";
   c.tls_key_file = "key.pem";
-  EXPECT_NE(Error(c).find("--http_port: the HTTP API has no TLS"), std::string::npos);
+  EXPECT_EQ(Error(c), "");
+  c.tls_client_ca_file = "ca.pem";
+  EXPECT_EQ(Error(c), "");
+  c.tls_key_file = "";
+  EXPECT_NE(Error(c).find("--tls_key_file"), std::string::npos);
 }
 
 TEST(ServerConfig, KvCacheDtype) {
