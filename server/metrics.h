@@ -48,7 +48,7 @@ struct ServerInfoLabels {
   std::string kv_cache_dtype;  // --kv_cache_dtype
   int64_t kv_cache_capacity_tokens = 0;
   int64_t num_usable_kv_blocks = 0;  // the pool's blocks, the null block excluded
-  std::string eos_token_ids;  // "2,0": every id that ends generation
+  std::string eos_token_ids;         // "2,0": every id that ends generation
   std::string version;
 };
 

@@ -78,8 +78,9 @@ int main(int argc, char** argv) {
     auto kv_dtype = kvserve::engine::ParseKvCacheDtype(request.value("kv_cache_dtype", "auto"));
     if (!kv_dtype.ok()) return Fail(std::string(kv_dtype.status().message()));
     cpu_runner = std::make_unique<kvserve::engine::ModelRunner>(
-        **model, kvserve::engine::RunnerOptions{
-                     .num_blocks = num_blocks, .block_size = block_size, .kv_cache_dtype = *kv_dtype});
+        **model,
+        kvserve::engine::RunnerOptions{
+            .num_blocks = num_blocks, .block_size = block_size, .kv_cache_dtype = *kv_dtype});
     run_step = [&](const StepInput& in) { return cpu_runner->Step(in); };
   } else if (backend == "cuda") {
 #if KVSERVE_HAVE_CUDA
