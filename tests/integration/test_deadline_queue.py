@@ -76,8 +76,10 @@ def test_queue_overflow_is_resource_exhausted(kvserve_factory):
     rejected = [r for r in results if r.code == grpc.StatusCode.RESOURCE_EXHAUSTED]
     accepted = [r for r in results if r.code == grpc.StatusCode.OK]
     assert len(rejected) >= 1, f"no request was rejected: {codes}"
-    # 1 running + 2 waiting at most at any time; so at least 3 are accepted.
-    assert len(accepted) >= 3, codes
+    # The queue holds 2 waiting requests whatever the timing, so at least 2 are
+    # accepted; a third only if the first was already running when the others
+    # arrived (not guaranteed: seen under ASan, where all 8 arrived first).
+    assert len(accepted) >= 2, codes
     assert len(rejected) + len(accepted) == len(results), codes
     for r in rejected:
         assert r.responses == [], r
