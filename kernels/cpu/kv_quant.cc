@@ -141,7 +141,6 @@ uint16_t FloatToBf16(float x) {
   return static_cast<uint16_t>(b >> 16);
 }
 
-
 uint16_t FloatToHalf(float x) {
   uint32_t b = std::bit_cast<uint32_t>(x);
   const uint16_t sign = static_cast<uint16_t>((b >> 16) & 0x8000);

@@ -40,7 +40,8 @@ TEST(CudaSupportTest, EachFamilyFeatureAloneIsAccepted) {
     return CheckCudaSupports(c);
   };
   EXPECT_TRUE(with([](ModelConfig& c) { c.partial_rotary_factor = 0.5; }).ok());
-  EXPECT_TRUE(with([](ModelConfig& c) { c.rope_scaling.type = RopeScaling::Type::kLongRope; }).ok());
+  EXPECT_TRUE(
+      with([](ModelConfig& c) { c.rope_scaling.type = RopeScaling::Type::kLongRope; }).ok());
   EXPECT_TRUE(with([](ModelConfig& c) { c.norm_weight_plus_one = true; }).ok());
   EXPECT_TRUE(with([](ModelConfig& c) { c.attn_logit_softcapping = 50.0; }).ok());
   EXPECT_TRUE(with([](ModelConfig& c) { c.sliding_layers = {true, false}; }).ok());

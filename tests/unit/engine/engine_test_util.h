@@ -66,6 +66,17 @@ inline std::vector<std::string> TinyModelsInWeightFormats() {
 
 inline const Model& TinyModel() { return BuiltinModel("tiny"); }
 
+// log softmax in double of one row of logits (the accuracy tests' KL and
+// |delta log p| are computed from it).
+inline std::vector<double> LogSoftmax(const std::vector<float>& x) {
+  double mx = -1e300, sum = 0;
+  for (float v : x) mx = std::max(mx, static_cast<double>(v));
+  for (float v : x) sum += std::exp(v - mx);
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] - mx - std::log(sum);
+  return out;
+}
+
 // A test name's suffix for a KV cache format: "" for fp32 (auto), so the fp32
 // cases keep their names, else "_int8" etc.
 inline std::string KvDtypeSuffix(KvCacheDtype dtype) {

@@ -41,15 +41,6 @@ const std::vector<int32_t>& Tokens() {
   return tokens;
 }
 
-std::vector<double> LogSoftmax(const std::vector<float>& x) {
-  double mx = -1e300, sum = 0;
-  for (float v : x) mx = std::max(mx, static_cast<double>(v));
-  for (float v : x) sum += std::exp(v - mx);
-  std::vector<double> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] - mx - std::log(sum);
-  return out;
-}
-
 struct Bounds {
   KvCacheDtype dtype;
   double min_top1, max_mean_kl, max_kl, max_mean_dlogp, max_dlogp;

@@ -122,15 +122,6 @@ TEST(WeightFormatsTest, BuiltinCheckpointGeneratesOnFindAndFreesOnRelease) {
 
 constexpr int kTokens = 2048;
 
-std::vector<double> LogSoftmax(const std::vector<float>& x) {
-  double mx = -1e300, sum = 0;
-  for (float v : x) mx = std::max(mx, static_cast<double>(v));
-  for (float v : x) sum += std::exp(v - mx);
-  std::vector<double> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] - mx - std::log(sum);
-  return out;
-}
-
 struct Bounds {
   const char* name;
   WeightOptions weights;
