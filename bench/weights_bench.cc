@@ -5,12 +5,14 @@
 //   bfloat16  a bf16 checkpoint kept in 16 bits (--dtype=auto)
 //   float16   an fp16 checkpoint kept in 16 bits
 //   int8      the fp32 checkpoint quantized at load (--quantization=int8)
+//   w8a8      the same int8 weights, activations quantized per token
+//             (--quantization=w8a8: int8 dot products)
 // Each (round, format) runs in its own forked process, so RSS is that
 // format's alone; rounds interleave the formats (same noise for all) and the
 // median round is reported. Prints a table; asserts nothing.
 //
 //   kvserve_weights_bench [--model=small-49k] [--rounds=3] [--decode=64] [--prompt=128]
-//                         [--formats=float32,bfloat16,float16,int8]
+//                         [--formats=float32,bfloat16,float16,int8,w8a8]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +45,7 @@ const Format kFormats[] = {
     {"bfloat16", DType::kBF16, {}},
     {"float16", DType::kF16, {}},
     {"int8", DType::kF32, {.quantization = kvserve::engine::Quantization::kInt8}},
+    {"w8a8", DType::kF32, {.quantization = kvserve::engine::Quantization::kW8A8}},
 };
 
 struct Result {  // written by the child through a pipe
@@ -135,7 +138,7 @@ int IntFlag(int argc, char** argv, const char* name, int fallback) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "small-49k", formats = "float32,bfloat16,float16,int8";
+  std::string model = "small-49k", formats = "float32,bfloat16,float16,int8,w8a8";
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--model=", 8) == 0) model = argv[i] + 8;
     if (std::strncmp(argv[i], "--formats=", 10) == 0) formats = argv[i] + 10;

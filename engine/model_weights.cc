@@ -44,6 +44,7 @@ using kernels::WeightFormat;
 WeightFormat TargetFormat(const WeightOptions& o, const std::vector<const TensorInfo*>& tensors,
                           bool quantize) {
   if (quantize && o.quantization == Quantization::kInt8) return WeightFormat::kInt8;
+  if (quantize && o.quantization == Quantization::kW8A8) return WeightFormat::kW8A8;
   switch (o.dtype) {
     case WeightDtype::kFloat32:
       return WeightFormat::kF32;
@@ -134,8 +135,9 @@ absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name) {
 absl::StatusOr<Quantization> ParseQuantization(std::string_view name) {
   if (name == "none") return Quantization::kNone;
   if (name == "int8") return Quantization::kInt8;
+  if (name == "w8a8") return Quantization::kW8A8;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown quantization \"", std::string(name), "\" (none, int8)"));
+      absl::StrCat("unknown quantization \"", std::string(name), "\" (none, int8, w8a8)"));
 }
 
 const char* WeightDtypeName(WeightDtype dtype) {
@@ -153,7 +155,15 @@ const char* WeightDtypeName(WeightDtype dtype) {
 }
 
 const char* QuantizationName(Quantization quantization) {
-  return quantization == Quantization::kInt8 ? "int8" : "none";
+  switch (quantization) {
+    case Quantization::kNone:
+      return "none";
+    case Quantization::kInt8:
+      return "int8";
+    case Quantization::kW8A8:
+      return "w8a8";
+  }
+  return "?";
 }
 
 int64_t ModelWeights::StreamedBytesPerToken() const {

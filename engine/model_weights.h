@@ -42,12 +42,17 @@ enum class Quantization {
   // symmetric, one scale per output channel. An untied embedding table keeps
   // the WeightDtype format; a tied one is the lm_head's int8 rows.
   kInt8,
+  // W8A8: the same int8 weights (stored for int8 dot products), and each
+  // linear layer's input quantized per token at run time (symmetric, one
+  // scale per row); the products are exact integer sums (kernels/cpu/gemm_w8a8.h),
+  // on AVX-512 VNNI where the CPU has it.
+  kW8A8,
 };
 struct WeightOptions {
   WeightDtype dtype = WeightDtype::kAuto;
   Quantization quantization = Quantization::kNone;
 };
-// "auto", "float32", "bfloat16", "float16"; "none", "int8".
+// "auto", "float32", "bfloat16", "float16"; "none", "int8", "w8a8".
 absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name);
 absl::StatusOr<Quantization> ParseQuantization(std::string_view name);
 const char* WeightDtypeName(WeightDtype dtype);

@@ -51,9 +51,11 @@ ABSL_FLAG(std::string, dtype, "auto",
           "(logits bit-identical to float32), float32 widens at load, bfloat16/float16 round "
           "a float32 checkpoint.");
 ABSL_FLAG(std::string, quantization, "none",
-          "cpu backend: none, or int8: weight-only quantization at load (symmetric, one fp32 "
+          "cpu backend: none; int8: weight-only quantization at load (symmetric, one fp32 "
           "scale per output channel; the linear layers and lm_head, about 1/4 of float32's "
-          "bytes). The cuda backend takes only none.");
+          "bytes); or w8a8: the same int8 weights with each layer's input quantized per token "
+          "at run time, multiplied as exact int8 dot products (AVX-512 VNNI where present). "
+          "The cuda backend takes only none.");
 ABSL_FLAG(bool, batch_invariant, false,
           "cuda backend: batch-invariant kernels (a request's output does not depend on the "
           "batch or on prompt chunking), at a speed cost. The cpu backend always is.");

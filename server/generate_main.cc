@@ -31,7 +31,8 @@ ABSL_FLAG(int32_t, block_size, 16, "KV cache block size in tokens");
 ABSL_FLAG(std::string, dtype, "auto",
           "weight storage, as the daemon's --dtype on the cpu backend: auto (a bf16/fp16 "
           "checkpoint stays 16-bit), float32, bfloat16 or float16");
-ABSL_FLAG(std::string, quantization, "none", "none, or int8 (weight-only, per output channel)");
+ABSL_FLAG(std::string, quantization, "none",
+          "none, int8 (weight-only, per output channel) or w8a8 (and int8 activations per token)");
 ABSL_FLAG(int32_t, prefill_chunk, 512, "prompt tokens per step (chunked prefill)");
 ABSL_FLAG(bool, json, false,
           "print one JSON object {prompt_token_ids, token_ids, text} instead of streaming text "

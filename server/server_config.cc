@@ -61,8 +61,9 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return Bad("dtype",
                absl::StrCat("must be auto, float32, bfloat16 or float16, got \"", c.dtype, "\""));
   }
-  if (c.quantization != "none" && c.quantization != "int8") {
-    return Bad("quantization", absl::StrCat("must be none or int8, got \"", c.quantization, "\""));
+  if (c.quantization != "none" && c.quantization != "int8" && c.quantization != "w8a8") {
+    return Bad("quantization",
+               absl::StrCat("must be none, int8 or w8a8, got \"", c.quantization, "\""));
   }
   if (c.backend == "cuda" && c.quantization != "none") {
     return Bad("quantization", absl::StrCat("the cuda backend has no quantized weights, got \"",

@@ -37,7 +37,8 @@ struct ServerConfig {
   // cache; cpu: how the weights are stored (computed in fp32; auto keeps a
   // 16-bit checkpoint's precision): engine/model_weights.h.
   std::string dtype = "auto";
-  std::string quantization = "none";  // cpu: none | int8 (weight-only, per output channel)
+  // cpu: none | int8 (weight-only, per output channel) | w8a8 (and int8 activations per token)
+  std::string quantization = "none";
   bool batch_invariant = false;       // cuda: batch-invariant kernels
   // auto: generation_config.json's sampling values fill a request's unset
   // fields; none: ignore them (its EOS ids are used either way).

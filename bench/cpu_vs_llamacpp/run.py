@@ -10,12 +10,18 @@ What it does (nothing is written into the repository):
   2. per shape, writes one random bf16 checkpoint (make_checkpoint.py) and
      converts it with llama.cpp's own convert_hf_to_gguf.py to BF16 and Q8_0;
   3. per repeat, interleaved so that both see the same machine state, per
-     precision (kvserve 16-bit vs llama.cpp BF16; kvserve int8 vs Q8_0):
+     precision (kvserve 16-bit vs llama.cpp BF16; kvserve int8 and w8a8 vs
+     Q8_0, whose dot products also quantize the activations to int8):
        - batch-1 decode and 128-token prefill: llama-bench (pp128, tg128) vs
          the kvserve daemon driven by kvserve-loadgen at concurrency 1
          (128 in, 128 out: prefill = 128 / TTFT, decode = 1 / TPOT);
        - 32 concurrent x (128 in, 128 out): llama-batched-bench's generation
-         throughput vs kvserve-loadgen's output tokens/s;
+         throughput (32 x 128 / the time of its 128 decode steps, the prompt
+         phase excluded) vs kvserve's generation throughput measured the same
+         way, 32 / TPOT (the p50 time per output token of a request, i.e. of a
+         32-sequence decode step; steps mixed with other requests' prefill
+         chunks count too, which can only lower it). kvserve-loadgen's output
+         tokens/s over the whole run (prefill included) is printed as well;
   4. prints the medians, the kvserve / llama.cpp ratios, and kvserve's decode
      bytes per token against the in-run copy bandwidth (kvserve_engine_bench
      measures the copy bandwidth).
@@ -43,6 +49,7 @@ PY = sys.executable
 PRECISIONS = {
     "16-bit": ([], "bf16"),
     "int8": (["--quantization=int8"], "q8_0"),
+    "w8a8": (["--quantization=w8a8"], "q8_0"),
 }
 PROMPT, OUTPUT, BATCH = 128, 128, 32
 
@@ -76,7 +83,7 @@ def make_ggufs(build, ckpt, work, shape):
     root = llama_root(build)
     env = dict(os.environ, PYTHONPATH=os.path.join(root, "gguf-py"))
     out = {}
-    for _, outtype in PRECISIONS.values():
+    for _, outtype in sorted(set(PRECISIONS.values()), key=str):
         path = os.path.join(work, f"{shape}-{outtype}.gguf")
         if not os.path.exists(path):
             sh([PY, os.path.join(root, "convert_hf_to_gguf.py"), ckpt, "--outtype", outtype,
@@ -140,7 +147,7 @@ def kvserve_runs(ckpt, flags, prefix):
     if single["num_failed"] or batched["num_failed"]:
         raise RuntimeError(f"kvserve requests failed; see {prefix}-*.json")
     return (PROMPT / (single["ttft_ms"]["p50"] / 1e3), 1e3 / single["tpot_ms"]["p50"],
-            batched["output_token_throughput"])
+            BATCH * 1e3 / batched["tpot_ms"]["p50"], batched["output_token_throughput"])
 
 
 def rss_mb(ckpt, flags):
@@ -175,13 +182,14 @@ def main():
         ggufs = make_ggufs(build, ckpt, work, shape)
         for precision in args.precisions.split(","):
             flags, outtype = PRECISIONS[precision]
-            runs = {k: [] for k in ("kv_prefill", "kv_decode", "kv_batched", "ll_prefill",
-                                    "ll_decode", "ll_batched")}
+            runs = {k: [] for k in ("kv_prefill", "kv_decode", "kv_batched", "kv_batched_whole_run",
+                                    "ll_prefill", "ll_decode", "ll_batched")}
             for r in range(args.repeats):
                 pp, tg = llama_bench(build, ggufs[outtype], args.threads)
-                kp, kd, kb = kvserve_runs(ckpt, flags, os.path.join(work, f"{shape}-{precision}-{r}"))
+                kp, kd, kb, kw = kvserve_runs(ckpt, flags,
+                                              os.path.join(work, f"{shape}-{precision}-{r}"))
                 lb = llama_batched(build, ggufs[outtype], args.threads)
-                for k, v in zip(runs, (kp, kd, kb, pp, tg, lb)):
+                for k, v in zip(runs, (kp, kd, kb, kw, pp, tg, lb)):
                     runs[k].append(v)
             med = {k: statistics.median(v) for k, v in runs.items()}
             med["rss_mb"] = rss_mb(ckpt, flags)
@@ -190,6 +198,8 @@ def main():
             for what in ("prefill", "decode", "batched"):
                 k, l = med["kv_" + what], med["ll_" + what]
                 print(f"  {what:8s} kvserve {k:8.1f} tok/s  llama.cpp {l:8.1f} tok/s  ratio {k / l:.2f}x")
+            print(f"  kvserve batched output tok/s over the whole run (prefill included): "
+                  f"{med['kv_batched_whole_run']:.1f}")
             print(f"  kvserve RSS (idle, model loaded): {med['rss_mb']:.0f} MiB")
             sys.stdout.flush()
     if args.out:

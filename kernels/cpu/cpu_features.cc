@@ -54,6 +54,14 @@ CpuIsa ActiveIsa() {
   return isa;
 }
 
+bool HasAvx512Vnni() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return DetectedIsa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512vnni");
+  }();
+  return has;
+}
+
 const char* IsaName(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kScalar:

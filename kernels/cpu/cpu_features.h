@@ -13,6 +13,9 @@ CpuIsa ActiveIsa();
 // What the CPU supports, ignoring the environment.
 CpuIsa DetectedIsa();
 const char* IsaName(CpuIsa isa);
+// AVX-512 VNNI (vpdpbusd), used by the kAvx512 path of int8 x int8 products
+// (gemm_w8a8.h) when present; without it that path takes the AVX2 body.
+bool HasAvx512Vnni();
 
 // Tests: while alive, ActiveIsa() returns min(isa, DetectedIsa()), so every
 // kernel's ISA paths can be compared in one process. Process-wide; create

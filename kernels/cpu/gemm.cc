@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/gemm_w8a8.h"
 #include "kernels/cpu/half_float.h"
 #include "kernels/cpu/kv_quant.h"
 
@@ -26,6 +28,8 @@ const char* WeightFormatName(WeightFormat format) {
       return "float16";
     case WeightFormat::kInt8:
       return "int8";
+    case WeightFormat::kW8A8:
+      return "w8a8";
   }
   return "?";
 }
@@ -38,12 +42,23 @@ int64_t WeightFormatBytes(WeightFormat format) {
     case WeightFormat::kF16:
       return 2;
     case WeightFormat::kInt8:
+    case WeightFormat::kW8A8:
       return 1;
   }
   return 4;
 }
 
 void PackedMatrix::ReadRow(int64_t row, float* out) const {
+  if (format == WeightFormat::kW8A8) {
+    const int64_t depth = internal::W8A8Depth(k);
+    const int8_t* panel = As<int8_t>() + (row / kGemmPanelWidth) * depth * kGemmPanelWidth;
+    const int64_t j = row % kGemmPanelWidth;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const int8_t code = panel[(kk / 4) * 4 * kGemmPanelWidth + j * 4 + kk % 4];
+      out[kk] = static_cast<float>(code) * scales[row];
+    }
+    return;
+  }
   const int64_t base = (row / kGemmPanelWidth) * k * kGemmPanelWidth + row % kGemmPanelWidth;
   for (int64_t kk = 0; kk < k; ++kk) {
     const int64_t i = base + kk * kGemmPanelWidth;
@@ -60,6 +75,8 @@ void PackedMatrix::ReadRow(int64_t row, float* out) const {
       case WeightFormat::kInt8:
         out[kk] = static_cast<float>(As<int8_t>()[i]) * scales[row];
         break;
+      case WeightFormat::kW8A8:
+        break;  // handled above
     }
   }
 }
@@ -75,10 +92,14 @@ PackedMatrix Allocate(int64_t n, int64_t k, WeightFormat format) {
   packed.format = format;
   if (n == 0 || k == 0) return packed;  // nothing to pack (and no storage to point into)
   const int64_t panels = (n + kGemmPanelWidth - 1) / kGemmPanelWidth;
-  const int64_t bytes = panels * k * kGemmPanelWidth * WeightFormatBytes(format);
+  const int64_t depth = format == WeightFormat::kW8A8 ? internal::W8A8Depth(k) : k;
+  const int64_t bytes = panels * depth * kGemmPanelWidth * WeightFormatBytes(format);
   packed.data = AlignedBuffer(static_cast<size_t>((bytes + 3) / 4));
-  if (format == WeightFormat::kInt8) {
+  if (format == WeightFormat::kInt8 || format == WeightFormat::kW8A8) {
     packed.scales = AlignedBuffer(static_cast<size_t>(panels * kGemmPanelWidth));
+  }
+  if (format == WeightFormat::kW8A8) {
+    packed.code_sums = AlignedBuffer(static_cast<size_t>(panels * kGemmPanelWidth));
   }
   return packed;
 }
@@ -92,6 +113,23 @@ void PackInto(PackedMatrix& packed, RowFn&& element) {
     T* dst = out + (row / kGemmPanelWidth) * k * kGemmPanelWidth + row % kGemmPanelWidth;
     for (int64_t kk = 0; kk < k; ++kk) dst[kk * kGemmPanelWidth] = element(row, kk);
   }
+}
+
+// Symmetric per output channel: scale = max|row| / 127, so the largest
+// weight of each row maps to +-127; an all-zero row gets scale 0.
+void PackInt8(const float* w, PackedMatrix& packed) {
+  const int64_t n = packed.n, k = packed.k;
+  float* scales = packed.scales.data();
+  for (int64_t row = 0; row < n; ++row) {
+    float max_abs = 0.0f;
+    for (int64_t kk = 0; kk < k; ++kk) max_abs = std::max(max_abs, std::fabs(w[row * k + kk]));
+    scales[row] = max_abs / 127.0f;
+  }
+  PackInto<int8_t>(packed, [&](int64_t row, int64_t kk) {
+    if (scales[row] == 0.0f) return int8_t{0};
+    const float q = std::nearbyint(w[row * k + kk] / scales[row]);
+    return static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+  });
 }
 
 }  // namespace
@@ -111,20 +149,27 @@ PackedMatrix PackWeights(const float* w, int64_t n, int64_t k, WeightFormat form
       PackInto<uint16_t>(packed,
                          [&](int64_t row, int64_t kk) { return FloatToHalf(w[row * k + kk]); });
       break;
-    case WeightFormat::kInt8: {
-      // Symmetric per output channel: scale = max|w[row]| / 127, so the
-      // largest weight of each row maps to +-127; an all-zero row gets scale 0.
-      float* scales = packed.scales.data();
+    case WeightFormat::kInt8:
+      PackInt8(w, packed);
+      break;
+    case WeightFormat::kW8A8: {
+      // The int8 codes, then moved into VNNI order with their column sums.
+      PackedMatrix plain = Allocate(n, k, WeightFormat::kInt8);
+      PackInt8(w, plain);
+      std::memcpy(packed.scales.data(), plain.scales.data(), plain.scales.size() * sizeof(float));
+      const int64_t depth = internal::W8A8Depth(k);
+      int8_t* out = reinterpret_cast<int8_t*>(packed.data.data());
+      auto* sums = reinterpret_cast<int32_t*>(packed.code_sums.data());
       for (int64_t row = 0; row < n; ++row) {
-        float max_abs = 0.0f;
-        for (int64_t kk = 0; kk < k; ++kk) max_abs = std::max(max_abs, std::fabs(w[row * k + kk]));
-        scales[row] = max_abs / 127.0f;
+        const int64_t panel = row / kGemmPanelWidth, j = row % kGemmPanelWidth;
+        const int8_t* src = plain.As<int8_t>() + panel * k * kGemmPanelWidth + j;
+        int8_t* dst = out + panel * depth * kGemmPanelWidth + j * 4;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const int8_t code = src[kk * kGemmPanelWidth];
+          dst[(kk / 4) * 4 * kGemmPanelWidth + kk % 4] = code;
+          sums[row] += code;
+        }
       }
-      PackInto<int8_t>(packed, [&](int64_t row, int64_t kk) {
-        if (scales[row] == 0.0f) return int8_t{0};
-        const float q = std::nearbyint(w[row * k + kk] / scales[row]);
-        return static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
-      });
       break;
     }
   }
@@ -191,21 +236,22 @@ void GemmPanelsScalar(const GemmParams& p, int64_t panel_begin, int64_t panel_en
     case WeightFormat::kInt8:
       return ScalarPanels(p, panel_begin, panel_end,
                           [&](int64_t i) { return static_cast<float>(w.As<int8_t>()[i]); });
+    case WeightFormat::kW8A8:
+      break;  // GemmW8A8 (never reaches here)
   }
 }
 
 }  // namespace internal
 
-void GemmWithIsa(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
-  if (p.m <= 0 || p.w->n <= 0) return;
-  if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) isa = DetectedIsa();
-  void (*body)(const GemmParams&, int64_t, int64_t) = internal::GemmPanelsScalar;
-  if (isa == CpuIsa::kAvx512) body = internal::GemmPanelsAvx512;
-  if (isa == CpuIsa::kAvx2) body = internal::GemmPanelsAvx2;
+namespace {
 
+// Runs body(panel_begin, panel_end) over p.w's column panels, split across
+// the pool's threads.
+template <class Body>
+void ForEachPanelChunk(const GemmParams& p, ThreadPool* pool, Body&& body) {
   const int64_t panels = (p.w->n + kGemmPanelWidth - 1) / kGemmPanelWidth;
   if (pool == nullptr || pool->num_threads() == 1) {
-    body(p, 0, panels);
+    body(0, panels);
     return;
   }
   // Threads own disjoint column panels; k is never split (gemm.h). About two
@@ -214,7 +260,41 @@ void GemmWithIsa(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
   const int64_t fmas_per_panel = std::max<int64_t>(1, p.m * p.w->k * kGemmPanelWidth);
   const int64_t grain = std::max(
       {int64_t{1}, kMinFmasPerChunk / fmas_per_panel, panels / (int64_t{2} * pool->num_threads())});
-  pool->ParallelFor(panels, grain, [&](int64_t begin, int64_t end) { body(p, begin, end); });
+  pool->ParallelFor(panels, grain, [&](int64_t begin, int64_t end) { body(begin, end); });
+}
+
+// kW8A8: quantize x's rows once (on the calling thread, into its scratch),
+// then every thread reads the codes.
+void GemmW8A8(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
+  void (*body)(const GemmParams&, const internal::QuantizedRows&, int64_t, int64_t) =
+      internal::GemmW8A8PanelsScalar;
+  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) body = internal::GemmW8A8PanelsAvx2;
+  if (isa == CpuIsa::kAvx512 && HasAvx512Vnni()) body = internal::GemmW8A8PanelsAvx512Vnni;
+  const bool shifted = body == internal::GemmW8A8PanelsAvx512Vnni;
+
+  thread_local std::vector<int8_t> codes;
+  thread_local std::vector<float> scales;
+  const int64_t depth = internal::W8A8Depth(p.w->k);
+  codes.resize(static_cast<size_t>(p.m * depth));
+  scales.resize(static_cast<size_t>(p.m));
+  auto quantize = isa == CpuIsa::kAvx512 ? internal::QuantizeRowsW8A8Avx512
+                                         : internal::QuantizeRowsW8A8;
+  quantize(p.x, p.ldx, p.m, p.w->k, shifted, codes.data(), scales.data());
+  const internal::QuantizedRows x{
+      .codes = codes.data(), .ld = depth, .scales = scales.data(), .shifted = shifted};
+  ForEachPanelChunk(p, pool, [&](int64_t begin, int64_t end) { body(p, x, begin, end); });
+}
+
+}  // namespace
+
+void GemmWithIsa(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
+  if (p.m <= 0 || p.w->n <= 0) return;
+  if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) isa = DetectedIsa();
+  if (p.w->format == WeightFormat::kW8A8) return GemmW8A8(p, isa, pool);
+  void (*body)(const GemmParams&, int64_t, int64_t) = internal::GemmPanelsScalar;
+  if (isa == CpuIsa::kAvx512) body = internal::GemmPanelsAvx512;
+  if (isa == CpuIsa::kAvx2) body = internal::GemmPanelsAvx2;
+  ForEachPanelChunk(p, pool, [&](int64_t begin, int64_t end) { body(p, begin, end); });
 }
 
 void Gemm(const GemmParams& p, ThreadPool* pool) { GemmWithIsa(p, ActiveIsa(), pool); }

@@ -14,6 +14,11 @@
 // w(n, kk) is the stored element widened to fp32 in registers: exact for
 // bf16 / fp16 (so a 16-bit matrix gives bit for bit the products of its fp32
 // widening), the int8 code as a float for int8.
+//
+// kW8A8 is the exception: x is quantized too (gemm_w8a8.h), and each y[m][n]
+// is an exact integer dot product of codes, then
+//   y = float(dot) * (x_scale[m] * scale[n]) + bias[n]
+// An integer sum has no order, so the same invariance holds trivially.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +35,11 @@ inline constexpr int64_t kGemmPanelWidth = 16;
 //   kF32, kBF16, kF16: the values themselves (16-bit ones widened exactly).
 //   kInt8: symmetric weight-only quantization, one fp32 scale per output
 //          channel: W[n][kk] ~ q[n][kk] * scale[n], q in [-127, 127].
-enum class WeightFormat : uint8_t { kF32, kBF16, kF16, kInt8 };
+//   kW8A8: the same codes and scales, stored for int8 dot products (VNNI
+//          order: four consecutive k of one column side by side,
+//          packed[panel][kk / 4][j][kk % 4], k padded with zeros to a multiple
+//          of 4); the activations are quantized per row at run time.
+enum class WeightFormat : uint8_t { kF32, kBF16, kF16, kInt8, kW8A8 };
 const char* WeightFormatName(WeightFormat format);
 int64_t WeightFormatBytes(WeightFormat format);  // bytes per element
 
@@ -41,7 +50,10 @@ struct PackedMatrix {
   // ceil(n / 16) * k * 16 elements of `format` (the buffer counts 4-byte
   // words; 16-bit and int8 elements are packed two and four to a word).
   AlignedBuffer data;
-  AlignedBuffer scales;  // kInt8: ceil(n / 16) * 16 (0 past n); else empty
+  AlignedBuffer scales;  // kInt8, kW8A8: ceil(n / 16) * 16 (0 past n); else empty
+  // kW8A8: per column, sum over k of its codes, as int32 words (0 past n);
+  // the VNNI kernel's unsigned-activation correction (gemm_w8a8.h).
+  AlignedBuffer code_sums;
 
   template <class T>
   const T* As() const {
@@ -49,7 +61,7 @@ struct PackedMatrix {
   }
   // Bytes of elements and scales (what a product streams).
   int64_t StorageBytes() const {
-    return static_cast<int64_t>((data.size() + scales.size()) * sizeof(float));
+    return static_cast<int64_t>((data.size() + scales.size() + code_sums.size()) * sizeof(float));
   }
   // W[row][0..k) as the kernels see it (widened; int8 times its scale,
   // one fp32 product per element) into out[k].
@@ -57,8 +69,8 @@ struct PackedMatrix {
 };
 
 // Packs row-major fp32 w[n][k] into `format`: kF32 as is, kBF16 / kF16 rounded
-// to nearest even, kInt8 quantized per output channel (scale = max|row| / 127,
-// codes rounded to nearest).
+// to nearest even, kInt8 and kW8A8 quantized per output channel (scale =
+// max|row| / 127, codes rounded to nearest).
 PackedMatrix PackWeights(const float* w, int64_t n, int64_t k,
                          WeightFormat format = WeightFormat::kF32);
 // Packs row-major 16-bit w[n][k] (bf16 or fp16 bit patterns, format kBF16 or

@@ -25,6 +25,7 @@ namespace kvserve::engine::testing {
 // NAME may end in a weight format (model_weights.h):
 //   ":bf16", ":f16"  generated as a bf16 / fp16 checkpoint, weights kept 16-bit
 //   ":int8"          the fp32 checkpoint, weights quantized to int8
+//   ":w8a8"          the same, with int8 activations per token
 inline const Model& BuiltinModel(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Model>>* models =
       new std::map<std::string, std::unique_ptr<Model>>();
@@ -38,7 +39,10 @@ inline const Model& BuiltinModel(const std::string& name) {
     if (format == "bf16") checkpoint = DType::kBF16;
     if (format == "f16") checkpoint = DType::kF16;
     if (format == "int8") options.weights.quantization = Quantization::kInt8;
-    EXPECT_TRUE(format.empty() || format == "bf16" || format == "f16" || format == "int8") << name;
+    if (format == "w8a8") options.weights.quantization = Quantization::kW8A8;
+    EXPECT_TRUE(format.empty() || format == "bf16" || format == "f16" || format == "int8" ||
+                format == "w8a8")
+        << name;
     auto m = LoadBuiltinModel(base, checkpoint, options);
     EXPECT_TRUE(m.ok()) << m.status();
     if (m.ok()) model = std::move(*m);
@@ -56,7 +60,7 @@ inline std::string TestNameOf(std::string name) {
 // invariance tests (with the fp32 KV cache).
 inline std::vector<std::string> TinyModelsInWeightFormats() {
   std::vector<std::string> names;
-  for (const char* format : {":bf16", ":f16", ":int8"}) {
+  for (const char* format : {":bf16", ":f16", ":int8", ":w8a8"}) {
     for (const char* model : {"tiny", "tiny-qwen3", "tiny-phi3", "tiny-gemma2", "tiny-gemma3"}) {
       names.push_back(std::string(model) + format);
     }

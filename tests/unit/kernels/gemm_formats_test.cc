@@ -18,23 +18,10 @@
 #include "kernels/cpu/half_float.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/unit/kernels/gemm_test_util.h"
 
 namespace kvserve::kernels {
 namespace {
-
-std::vector<CpuIsa> AvailableIsas() {
-  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
-  if (DetectedIsa() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
-  if (DetectedIsa() >= CpuIsa::kAvx512) isas.push_back(CpuIsa::kAvx512);
-  return isas;
-}
-
-std::vector<float> Random(int64_t count, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(count));
-  for (float& f : v) f = dist(rng);
-  return v;
-}
 
 // Random 16-bit patterns: finite, a tenth of them subnormal (or zero), the
 // rest with exponents near 1 so that products stay finite.
@@ -53,19 +40,6 @@ std::vector<uint16_t> Random16(int64_t count, WeightFormat format, std::mt19937&
 
 float Widen(WeightFormat format, uint16_t h) {
   return format == WeightFormat::kBF16 ? BF16ToF32(h) : F16ToF32(h);
-}
-
-std::vector<float> RunGemm(const PackedMatrix& w, const std::vector<float>& x, int64_t m,
-                           const float* bias, CpuIsa isa, ThreadPool* pool) {
-  std::vector<float> y(static_cast<size_t>(m * w.n), -7.0f);
-  GemmWithIsa({.x = x.data(), .ldx = w.k, .w = &w, .bias = bias, .y = y.data(), .ldy = w.n, .m = m},
-              isa, pool);
-  return y;
-}
-
-// Bitwise equality (NaN-safe, -0 distinct from +0).
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 TEST(GemmFormatsTest, PackedLayoutAndReadRow) {
@@ -94,6 +68,7 @@ TEST(GemmFormatsTest, PackedLayoutAndReadRow) {
             ASSERT_EQ(row[kk], F16ToF32(FloatToHalf(v)));
             break;
           case WeightFormat::kInt8:
+          case WeightFormat::kW8A8:  // (gemm_w8a8_test.cc)
             // Rounded to the nearest code: within half a step of the weight.
             ASSERT_LE(std::fabs(row[kk] - v), 0.5001f * p.scales[r]);
             break;
@@ -205,7 +180,8 @@ TEST(GemmFormatsTest, RowsAreBitIdenticalAcrossBatchesAndThreads) {
   std::mt19937 rng(13);
   const int64_t n = 200, k = 300, m = 41;
   const std::vector<float> w = Random(n * k, rng), bias = Random(n, rng), x = Random(m * k, rng);
-  for (WeightFormat format : {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8}) {
+  for (WeightFormat format :
+       {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8, WeightFormat::kW8A8}) {
     const PackedMatrix p = PackWeights(w.data(), n, k, format);
     for (CpuIsa isa : AvailableIsas()) {
       const std::vector<float> all = RunGemm(p, x, m, bias.data(), isa, &three);

@@ -87,13 +87,13 @@ TEST(ServerConfig, KvCacheDtype) {
 
 TEST(ServerConfig, Quantization) {
   ServerConfig c;
-  for (const char* ok : {"none", "int8"}) {
+  for (const char* ok : {"none", "int8", "w8a8"}) {
     c.quantization = ok;
     c.backend = "cpu";
     EXPECT_EQ(Error(c), "") << ok;
   }
   c.quantization = "int4";
-  EXPECT_EQ(Error(c), "--quantization: must be none or int8, got \"int4\"");
+  EXPECT_EQ(Error(c), "--quantization: must be none, int8 or w8a8, got \"int4\"");
   c.quantization = "int8";
   c.backend = "cuda";
   EXPECT_NE(Error(c).find("--quantization: the cuda backend has no quantized weights"),
