@@ -7,6 +7,8 @@
 //   int8      the fp32 checkpoint quantized at load (--quantization=int8)
 //   w8a8      the same int8 weights, activations quantized per token
 //             (--quantization=w8a8: int8 dot products)
+//   bf16dot   the bf16 checkpoint under --matmul_precision=bfloat16 (bf16 dot
+//             products)
 // Each (round, format) runs in its own forked process, so RSS is that
 // format's alone; rounds interleave the formats (same noise for all) and the
 // median round is reported. Prints a table; asserts nothing.
@@ -46,6 +48,7 @@ const Format kFormats[] = {
     {"float16", DType::kF16, {}},
     {"int8", DType::kF32, {.quantization = kvserve::engine::Quantization::kInt8}},
     {"w8a8", DType::kF32, {.quantization = kvserve::engine::Quantization::kW8A8}},
+    {"bf16dot", DType::kBF16, {.matmul_precision = kvserve::engine::MatmulPrecision::kBfloat16}},
 };
 
 struct Result {  // written by the child through a pipe
@@ -138,7 +141,7 @@ int IntFlag(int argc, char** argv, const char* name, int fallback) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "small-49k", formats = "float32,bfloat16,float16,int8,w8a8";
+  std::string model = "small-49k", formats = "float32,bfloat16,float16,int8,w8a8,bf16dot";
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--model=", 8) == 0) model = argv[i] + 8;
     if (std::strncmp(argv[i], "--formats=", 10) == 0) formats = argv[i] + 10;

@@ -92,6 +92,12 @@ void ApplySamplingDefaults(const SamplingDefaults& defaults, SamplingParams& par
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
                                                  const LoadModelOptions& options) {
+  if (options.weights.matmul_precision != MatmulPrecision::kFloat32 &&
+      options.weights.quantization != Quantization::kNone) {
+    return absl::InvalidArgumentError(
+        "a bfloat16 matmul precision multiplies bf16 weights: it cannot be combined with "
+        "quantization");
+  }
   if (absl::StartsWith(spec, kBuiltinPrefix)) {
     const WeightDtype d = options.weights.dtype;
     const DType generated = d == WeightDtype::kBfloat16  ? DType::kBF16

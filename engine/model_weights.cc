@@ -43,6 +43,7 @@ using kernels::WeightFormat;
 // The storage format of a matrix made of tensors of these dtypes.
 WeightFormat TargetFormat(const WeightOptions& o, const std::vector<const TensorInfo*>& tensors,
                           bool quantize) {
+  if (quantize && o.matmul_precision == MatmulPrecision::kBfloat16) return WeightFormat::kBF16Dot;
   if (quantize && o.quantization == Quantization::kInt8) return WeightFormat::kInt8;
   if (quantize && o.quantization == Quantization::kW8A8) return WeightFormat::kW8A8;
   switch (o.dtype) {
@@ -96,10 +97,10 @@ absl::StatusOr<PackedMatrix> PackTensors(const SafetensorsCheckpoint& ckpt,
     total_rows += rows;
   }
   const WeightFormat format = TargetFormat(o, tensors, quantize);
-  const DType same = format == WeightFormat::kBF16  ? DType::kBF16
-                     : format == WeightFormat::kF16 ? DType::kF16
-                                                    : DType::kF32;
-  bool raw16 = format == WeightFormat::kBF16 || format == WeightFormat::kF16;
+  const DType same = format == WeightFormat::kBF16 || format == WeightFormat::kBF16Dot ? DType::kBF16
+                     : format == WeightFormat::kF16                                      ? DType::kF16
+                                                                                         : DType::kF32;
+  bool raw16 = same != DType::kF32;
   for (const TensorInfo* t : tensors) raw16 = raw16 && t->dtype == same;
   if (raw16) {
     if (tensors.size() == 1)
@@ -138,6 +139,13 @@ absl::StatusOr<Quantization> ParseQuantization(std::string_view name) {
   if (name == "w8a8") return Quantization::kW8A8;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown quantization \"", std::string(name), "\" (none, int8, w8a8)"));
+}
+
+absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(std::string_view name) {
+  if (name == "float32") return MatmulPrecision::kFloat32;
+  if (name == "bfloat16") return MatmulPrecision::kBfloat16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown matmul precision \"", std::string(name), "\" (float32, bfloat16)"));
 }
 
 const char* WeightDtypeName(WeightDtype dtype) {

@@ -44,19 +44,31 @@ enum class Quantization {
   kInt8,
   // W8A8: the same int8 weights (stored for int8 dot products), and each
   // linear layer's input quantized per token at run time (symmetric, one
-  // scale per row); the products are exact integer sums (kernels/cpu/gemm_w8a8.h),
+  // scale per row); the products are exact integer sums (kernels/cpu/gemm_dot.h),
   // on AVX-512 VNNI where the CPU has it.
   kW8A8,
+};
+// How the linear layers multiply (the server's --matmul_precision, cpu).
+enum class MatmulPrecision {
+  kFloat32,  // fp32 FMAs on the stored weights widened exactly (the default)
+  // bf16 dot products: every linear layer's weights stored as bf16 and its
+  // input rounded to bf16 per element, multiplied by vdpbf16ps where the CPU
+  // has AVX512-BF16 (fp32 accumulation; kernels/cpu/gemm_dot.h). An untied
+  // embedding table keeps the WeightDtype format. Not with quantization.
+  kBfloat16,
 };
 struct WeightOptions {
   WeightDtype dtype = WeightDtype::kAuto;
   Quantization quantization = Quantization::kNone;
+  MatmulPrecision matmul_precision = MatmulPrecision::kFloat32;
 };
 // "auto", "float32", "bfloat16", "float16"; "none", "int8", "w8a8".
 absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name);
 absl::StatusOr<Quantization> ParseQuantization(std::string_view name);
 const char* WeightDtypeName(WeightDtype dtype);
 const char* QuantizationName(Quantization quantization);
+// "float32", "bfloat16".
+absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(std::string_view name);
 
 struct LayerWeights {
   kernels::AlignedBuffer input_norm;  // [hidden]

@@ -39,10 +39,14 @@ absl::StatusOr<Backend> MakeCpuBackend(const ServerConfig& c) {
   if (!weight_dtype.ok()) return WithFlag("dtype", c.dtype, weight_dtype.status());
   auto quantization = engine::ParseQuantization(c.quantization);
   if (!quantization.ok()) return WithFlag("quantization", c.quantization, quantization.status());
+  auto precision = engine::ParseMatmulPrecision(c.matmul_precision);
+  if (!precision.ok()) return WithFlag("matmul_precision", c.matmul_precision, precision.status());
   // The served length picks Phi-3 longrope's factors (engine/model.h).
   auto model = engine::LoadModel(
       c.model,
-      engine::LoadModelOptions{.weights = {.dtype = *weight_dtype, .quantization = *quantization},
+      engine::LoadModelOptions{.weights = {.dtype = *weight_dtype,
+                                           .quantization = *quantization,
+                                           .matmul_precision = *precision},
                                .generation_sampling_defaults = c.generation_config == "auto",
                                .max_model_len = c.max_model_len});
   if (!model.ok()) return WithFlag("model", c.model, model.status());
@@ -78,6 +82,11 @@ absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::Cud
     return absl::FailedPreconditionError(
         absl::StrCat("--quantization=", c.quantization,
                      ": the cuda backend has no quantized weights; use --backend=cpu"));
+  }
+  if (c.matmul_precision != "float32") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--matmul_precision=", c.matmul_precision,
+                     ": the cuda backend's precision is --dtype; use --backend=cpu"));
   }
   auto kv_dtype = engine::ParseKvCacheDtype(c.kv_cache_dtype);
   if (!kv_dtype.ok()) return WithFlag("kv_cache_dtype", c.kv_cache_dtype, kv_dtype.status());

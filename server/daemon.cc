@@ -299,11 +299,12 @@ int RunDaemon(const ServerConfig& config) {
   health.Start();
 
   engine::Log().info(
-      "serving model={} backend={} device={} dtype={} quantization={} host_weights_mb={:.1f} "
+      "serving model={} backend={} device={} dtype={} quantization={} matmul_precision={} "
+      "host_weights_mb={:.1f} "
       "kv_blocks={} block_size={} kv_cache_dtype={} "
       "kv_cache_capacity_tokens={} max_model_len={} tls={} auth={}",
       model.name, backend, backend_parts.device, config.dtype, config.quantization,
-      static_cast<double>(model.weights.TotalBytes()) / (1 << 20), engine_config.num_blocks,
+      config.matmul_precision, static_cast<double>(model.weights.TotalBytes()) / (1 << 20), engine_config.num_blocks,
       engine_config.block_size, config.kv_cache_dtype, KvCapacityTokens(engine_config),
       engine_config.max_model_len, config.tls_cert_file.empty() ? "off" : "on",
       token.empty() ? "off" : "on");

@@ -56,6 +56,12 @@ ABSL_FLAG(std::string, quantization, "none",
           "bytes); or w8a8: the same int8 weights with each layer's input quantized per token "
           "at run time, multiplied as exact int8 dot products (AVX-512 VNNI where present). "
           "The cuda backend takes only none.");
+ABSL_FLAG(std::string, matmul_precision, "float32",
+          "cpu backend: float32 multiplies in fp32 (the weights widened exactly: a bf16 "
+          "checkpoint gives float32's logits bit for bit); bfloat16 stores the linear layers in "
+          "bf16, rounds their inputs to bf16 and uses bf16 dot products (AVX512-BF16 vdpbf16ps "
+          "where present, fp32 accumulation): about twice the prefill and batched-decode speed, "
+          "with bf16 rounding of the activations. Not with --quantization.");
 ABSL_FLAG(bool, batch_invariant, false,
           "cuda backend: batch-invariant kernels (a request's output does not depend on the "
           "batch or on prompt chunking), at a speed cost. The cpu backend always is.");
@@ -110,6 +116,7 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   c.dtype = absl::GetFlag(FLAGS_dtype);
   c.quantization = absl::GetFlag(FLAGS_quantization);
+  c.matmul_precision = absl::GetFlag(FLAGS_matmul_precision);
   c.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   c.generation_config = absl::GetFlag(FLAGS_generation_config);
   c.block_size = absl::GetFlag(FLAGS_block_size);

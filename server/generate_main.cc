@@ -33,6 +33,8 @@ ABSL_FLAG(std::string, dtype, "auto",
           "checkpoint stays 16-bit), float32, bfloat16 or float16");
 ABSL_FLAG(std::string, quantization, "none",
           "none, int8 (weight-only, per output channel) or w8a8 (and int8 activations per token)");
+ABSL_FLAG(std::string, matmul_precision, "float32",
+          "float32, or bfloat16 (bf16 weights and inputs, bf16 dot products)");
 ABSL_FLAG(int32_t, prefill_chunk, 512, "prompt tokens per step (chunked prefill)");
 ABSL_FLAG(bool, json, false,
           "print one JSON object {prompt_token_ids, token_ids, text} instead of streaming text "
@@ -78,9 +80,14 @@ int main(int argc, char** argv) {
   if (!quantization.ok()) {
     return Fail("--quantization: " + std::string(quantization.status().message()));
   }
+  auto precision = kvserve::engine::ParseMatmulPrecision(absl::GetFlag(FLAGS_matmul_precision));
+  if (!precision.ok()) {
+    return Fail("--matmul_precision: " + std::string(precision.status().message()));
+  }
   auto model = kvserve::engine::LoadModel(
-      absl::GetFlag(FLAGS_model),
-      {.weights = {.dtype = *weight_dtype, .quantization = *quantization}});
+      absl::GetFlag(FLAGS_model), {.weights = {.dtype = *weight_dtype,
+                                               .quantization = *quantization,
+                                               .matmul_precision = *precision}});
   if (!model.ok()) return Fail(std::string(model.status().message()));
   const auto& tokenizer = (*model)->tokenizer;
   if (tokenizer == nullptr) return Fail("the model has no tokenizer; text prompts need one");

@@ -65,6 +65,19 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return Bad("quantization",
                absl::StrCat("must be none, int8 or w8a8, got \"", c.quantization, "\""));
   }
+  if (c.matmul_precision != "float32" && c.matmul_precision != "bfloat16") {
+    return Bad("matmul_precision",
+               absl::StrCat("must be float32 or bfloat16, got \"", c.matmul_precision, "\""));
+  }
+  if (c.matmul_precision != "float32" && c.quantization != "none") {
+    return Bad("matmul_precision", absl::StrCat("bfloat16 takes bf16 weights; it cannot be combined "
+                                                "with --quantization=",
+                                                c.quantization));
+  }
+  if (c.backend == "cuda" && c.matmul_precision != "float32") {
+    return Bad("matmul_precision",
+               "the cuda backend's precision is --dtype; use --backend=cpu for bfloat16");
+  }
   if (c.backend == "cuda" && c.quantization != "none") {
     return Bad("quantization", absl::StrCat("the cuda backend has no quantized weights, got \"",
                                             c.quantization, "\"; use --backend=cpu"));

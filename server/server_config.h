@@ -39,6 +39,9 @@ struct ServerConfig {
   std::string dtype = "auto";
   // cpu: none | int8 (weight-only, per output channel) | w8a8 (and int8 activations per token)
   std::string quantization = "none";
+  // cpu: float32 (fp32 FMAs; bit-identical across weight widths) | bfloat16
+  // (bf16 weights and inputs, bf16 dot products)
+  std::string matmul_precision = "float32";
   bool batch_invariant = false;       // cuda: batch-invariant kernels
   // auto: generation_config.json's sampling values fill a request's unset
   // fields; none: ignore them (its EOS ids are used either way).

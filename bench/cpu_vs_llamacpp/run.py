@@ -10,8 +10,9 @@ What it does (nothing is written into the repository):
   2. per shape, writes one random bf16 checkpoint (make_checkpoint.py) and
      converts it with llama.cpp's own convert_hf_to_gguf.py to BF16 and Q8_0;
   3. per repeat, interleaved so that both see the same machine state, per
-     precision (kvserve 16-bit vs llama.cpp BF16; kvserve int8 and w8a8 vs
-     Q8_0, whose dot products also quantize the activations to int8):
+     precision (kvserve 16-bit, fp32 arithmetic, and 16-bit-dot, bf16 dot
+     products as llama.cpp's own, vs llama.cpp BF16; kvserve int8 and w8a8
+     vs Q8_0, whose dot products also quantize the activations to int8):
        - batch-1 decode and 128-token prefill: llama-bench (pp128, tg128) vs
          the kvserve daemon driven by kvserve-loadgen at concurrency 1
          (128 in, 128 out: prefill = 128 / TTFT, decode = 1 / TPOT);
@@ -48,6 +49,7 @@ PY = sys.executable
 # precision -> (kvserve flags, GGUF outtype)
 PRECISIONS = {
     "16-bit": ([], "bf16"),
+    "16-bit-dot": (["--matmul_precision=bfloat16"], "bf16"),
     "int8": (["--quantization=int8"], "q8_0"),
     "w8a8": (["--quantization=w8a8"], "q8_0"),
 }
@@ -83,7 +85,7 @@ def make_ggufs(build, ckpt, work, shape):
     root = llama_root(build)
     env = dict(os.environ, PYTHONPATH=os.path.join(root, "gguf-py"))
     out = {}
-    for _, outtype in sorted(set(PRECISIONS.values()), key=str):
+    for outtype in sorted({outtype for _, outtype in PRECISIONS.values()}):
         path = os.path.join(work, f"{shape}-{outtype}.gguf")
         if not os.path.exists(path):
             sh([PY, os.path.join(root, "convert_hf_to_gguf.py"), ckpt, "--outtype", outtype,

@@ -14,8 +14,10 @@ CpuIsa ActiveIsa();
 CpuIsa DetectedIsa();
 const char* IsaName(CpuIsa isa);
 // AVX-512 VNNI (vpdpbusd), used by the kAvx512 path of int8 x int8 products
-// (gemm_w8a8.h) when present; without it that path takes the AVX2 body.
+// (gemm_dot.h) when present; without it that path takes the AVX2 body.
 bool HasAvx512Vnni();
+// AVX512-BF16 (vdpbf16ps), used likewise by bf16 dot products.
+bool HasAvx512Bf16();
 
 // Tests: while alive, ActiveIsa() returns min(isa, DetectedIsa()), so every
 // kernel's ISA paths can be compared in one process. Process-wide; create

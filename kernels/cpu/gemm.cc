@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_internal.h"
-#include "kernels/cpu/gemm_w8a8.h"
+#include "kernels/cpu/gemm_dot.h"
 #include "kernels/cpu/half_float.h"
 #include "kernels/cpu/kv_quant.h"
 
@@ -30,6 +30,8 @@ const char* WeightFormatName(WeightFormat format) {
       return "int8";
     case WeightFormat::kW8A8:
       return "w8a8";
+    case WeightFormat::kBF16Dot:
+      return "bfloat16-dot";
   }
   return "?";
 }
@@ -40,6 +42,7 @@ int64_t WeightFormatBytes(WeightFormat format) {
       return 4;
     case WeightFormat::kBF16:
     case WeightFormat::kF16:
+    case WeightFormat::kBF16Dot:
       return 2;
     case WeightFormat::kInt8:
     case WeightFormat::kW8A8:
@@ -56,6 +59,15 @@ void PackedMatrix::ReadRow(int64_t row, float* out) const {
     for (int64_t kk = 0; kk < k; ++kk) {
       const int8_t code = panel[(kk / 4) * 4 * kGemmPanelWidth + j * 4 + kk % 4];
       out[kk] = static_cast<float>(code) * scales[row];
+    }
+    return;
+  }
+  if (format == WeightFormat::kBF16Dot) {
+    const int64_t depth = internal::Bf16DotDepth(k);
+    const uint16_t* panel = As<uint16_t>() + (row / kGemmPanelWidth) * depth * kGemmPanelWidth;
+    const int64_t j = row % kGemmPanelWidth;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      out[kk] = BF16ToF32(panel[(kk / 2) * 2 * kGemmPanelWidth + j * 2 + kk % 2]);
     }
     return;
   }
@@ -76,6 +88,7 @@ void PackedMatrix::ReadRow(int64_t row, float* out) const {
         out[kk] = static_cast<float>(As<int8_t>()[i]) * scales[row];
         break;
       case WeightFormat::kW8A8:
+      case WeightFormat::kBF16Dot:
         break;  // handled above
     }
   }
@@ -92,7 +105,9 @@ PackedMatrix Allocate(int64_t n, int64_t k, WeightFormat format) {
   packed.format = format;
   if (n == 0 || k == 0) return packed;  // nothing to pack (and no storage to point into)
   const int64_t panels = (n + kGemmPanelWidth - 1) / kGemmPanelWidth;
-  const int64_t depth = format == WeightFormat::kW8A8 ? internal::W8A8Depth(k) : k;
+  const int64_t depth = format == WeightFormat::kW8A8       ? internal::W8A8Depth(k)
+                        : format == WeightFormat::kBF16Dot ? internal::Bf16DotDepth(k)
+                                                           : k;
   const int64_t bytes = panels * depth * kGemmPanelWidth * WeightFormatBytes(format);
   packed.data = AlignedBuffer(static_cast<size_t>((bytes + 3) / 4));
   if (format == WeightFormat::kInt8 || format == WeightFormat::kW8A8) {
@@ -112,6 +127,18 @@ void PackInto(PackedMatrix& packed, RowFn&& element) {
   for (int64_t row = 0; row < n; ++row) {
     T* dst = out + (row / kGemmPanelWidth) * k * kGemmPanelWidth + row % kGemmPanelWidth;
     for (int64_t kk = 0; kk < k; ++kk) dst[kk * kGemmPanelWidth] = element(row, kk);
+  }
+}
+
+// kBF16Dot: dst[panel][kk / 2][j][kk % 2] = bf16(row j of the panel, kk).
+template <class RowFn>
+void PackBf16Pairs(PackedMatrix& packed, RowFn&& element) {
+  uint16_t* out = reinterpret_cast<uint16_t*>(packed.data.data());
+  const int64_t n = packed.n, k = packed.k, depth = internal::Bf16DotDepth(k);
+  for (int64_t row = 0; row < n; ++row) {
+    uint16_t* dst = out + (row / kGemmPanelWidth) * depth * kGemmPanelWidth +
+                    (row % kGemmPanelWidth) * 2;
+    for (int64_t kk = 0; kk < k; ++kk) dst[(kk / 2) * 2 * kGemmPanelWidth + kk % 2] = element(row, kk);
   }
 }
 
@@ -152,6 +179,11 @@ PackedMatrix PackWeights(const float* w, int64_t n, int64_t k, WeightFormat form
     case WeightFormat::kInt8:
       PackInt8(w, packed);
       break;
+    case WeightFormat::kBF16Dot:
+      PackBf16Pairs(packed, [&](int64_t row, int64_t kk) {
+        return internal::RoundToBf16FlushSubnormal(w[row * k + kk]);
+      });
+      break;
     case WeightFormat::kW8A8: {
       // The int8 codes, then moved into VNNI order with their column sums.
       PackedMatrix plain = Allocate(n, k, WeightFormat::kInt8);
@@ -180,11 +212,19 @@ PackedMatrix PackWeights16(const void* w, int64_t n, int64_t k, WeightFormat for
   PackedMatrix packed = Allocate(n, k, format);
   if (packed.data.size() == 0) return packed;
   const auto* bytes = static_cast<const uint8_t*>(w);
-  PackInto<uint16_t>(packed, [&](int64_t row, int64_t kk) {
+  auto element = [&](int64_t row, int64_t kk) {
     uint16_t h;  // little-endian, any alignment
     std::memcpy(&h, bytes + (row * k + kk) * 2, sizeof(h));
     return h;
-  });
+  };
+  if (format == WeightFormat::kBF16Dot) {
+    PackBf16Pairs(packed, [&](int64_t row, int64_t kk) {
+      const uint16_t h = element(row, kk);
+      return (h & 0x7f80) == 0 ? static_cast<uint16_t>(h & 0x8000) : h;  // subnormal: signed 0
+    });
+  } else {
+    PackInto<uint16_t>(packed, element);
+  }
   return packed;
 }
 
@@ -237,7 +277,8 @@ void GemmPanelsScalar(const GemmParams& p, int64_t panel_begin, int64_t panel_en
       return ScalarPanels(p, panel_begin, panel_end,
                           [&](int64_t i) { return static_cast<float>(w.As<int8_t>()[i]); });
     case WeightFormat::kW8A8:
-      break;  // GemmW8A8 (never reaches here)
+    case WeightFormat::kBF16Dot:
+      break;  // GemmDot (never reaches here)
   }
 }
 
@@ -263,25 +304,36 @@ void ForEachPanelChunk(const GemmParams& p, ThreadPool* pool, Body&& body) {
   pool->ParallelFor(panels, grain, [&](int64_t begin, int64_t end) { body(begin, end); });
 }
 
-// kW8A8: quantize x's rows once (on the calling thread, into its scratch),
-// then every thread reads the codes.
-void GemmW8A8(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
-  void (*body)(const GemmParams&, const internal::QuantizedRows&, int64_t, int64_t) =
-      internal::GemmW8A8PanelsScalar;
-  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) body = internal::GemmW8A8PanelsAvx2;
-  if (isa == CpuIsa::kAvx512 && HasAvx512Vnni()) body = internal::GemmW8A8PanelsAvx512Vnni;
-  const bool shifted = body == internal::GemmW8A8PanelsAvx512Vnni;
-
-  thread_local std::vector<int8_t> codes;
+// kW8A8 / kBF16Dot (gemm_dot.h): convert x's rows once, on the calling
+// thread into its scratch, then every thread reads them.
+void GemmDot(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
+  using Body = void (*)(const GemmParams&, const internal::DotRows&, int64_t, int64_t);
+  const bool avx512 = isa == CpuIsa::kAvx512, vector = avx512 || isa == CpuIsa::kAvx2;
+  thread_local std::vector<int8_t> bytes;
   thread_local std::vector<float> scales;
-  const int64_t depth = internal::W8A8Depth(p.w->k);
-  codes.resize(static_cast<size_t>(p.m * depth));
-  scales.resize(static_cast<size_t>(p.m));
-  auto quantize = isa == CpuIsa::kAvx512 ? internal::QuantizeRowsW8A8Avx512
-                                         : internal::QuantizeRowsW8A8;
-  quantize(p.x, p.ldx, p.m, p.w->k, shifted, codes.data(), scales.data());
-  const internal::QuantizedRows x{
-      .codes = codes.data(), .ld = depth, .scales = scales.data(), .shifted = shifted};
+  internal::DotRows x;
+  Body body;
+  if (p.w->format == WeightFormat::kW8A8) {
+    body = avx512 && HasAvx512Vnni() ? internal::GemmW8A8PanelsAvx512Vnni
+           : vector                  ? internal::GemmW8A8PanelsAvx2
+                                     : internal::GemmW8A8PanelsScalar;
+    x.ld = internal::W8A8Depth(p.w->k);
+    x.shifted = body == internal::GemmW8A8PanelsAvx512Vnni;
+    bytes.resize(static_cast<size_t>(p.m * x.ld));
+    scales.resize(static_cast<size_t>(p.m));
+    auto quantize = avx512 ? internal::QuantizeRowsW8A8Avx512 : internal::QuantizeRowsW8A8;
+    quantize(p.x, p.ldx, p.m, p.w->k, x.shifted, bytes.data(), scales.data());
+    x.scales = scales.data();
+  } else {
+    body = avx512 && HasAvx512Bf16() ? internal::GemmBf16DotPanelsAvx512Bf16
+           : vector                  ? internal::GemmBf16DotPanelsAvx2
+                                     : internal::GemmBf16DotPanelsScalar;
+    x.ld = internal::Bf16DotDepth(p.w->k) * 2;
+    bytes.resize(static_cast<size_t>(p.m * x.ld));
+    auto round = avx512 ? internal::RoundRowsBf16Avx512 : internal::RoundRowsBf16;
+    round(p.x, p.ldx, p.m, p.w->k, reinterpret_cast<uint16_t*>(bytes.data()));
+  }
+  x.codes = bytes.data();
   ForEachPanelChunk(p, pool, [&](int64_t begin, int64_t end) { body(p, x, begin, end); });
 }
 
@@ -290,7 +342,9 @@ void GemmW8A8(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
 void GemmWithIsa(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
   if (p.m <= 0 || p.w->n <= 0) return;
   if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) isa = DetectedIsa();
-  if (p.w->format == WeightFormat::kW8A8) return GemmW8A8(p, isa, pool);
+  if (p.w->format == WeightFormat::kW8A8 || p.w->format == WeightFormat::kBF16Dot) {
+    return GemmDot(p, isa, pool);
+  }
   void (*body)(const GemmParams&, int64_t, int64_t) = internal::GemmPanelsScalar;
   if (isa == CpuIsa::kAvx512) body = internal::GemmPanelsAvx512;
   if (isa == CpuIsa::kAvx2) body = internal::GemmPanelsAvx2;

@@ -15,10 +15,11 @@
 // bf16 / fp16 (so a 16-bit matrix gives bit for bit the products of its fp32
 // widening), the int8 code as a float for int8.
 //
-// kW8A8 is the exception: x is quantized too (gemm_w8a8.h), and each y[m][n]
-// is an exact integer dot product of codes, then
-//   y = float(dot) * (x_scale[m] * scale[n]) + bias[n]
-// An integer sum has no order, so the same invariance holds trivially.
+// kW8A8 and kBF16Dot are the exceptions: x is converted too (quantized per
+// row to int8, or rounded to bf16) and multiplied with dot-product
+// instructions, in the orders gemm_dot.h fixes: an exact integer dot product
+// then y = float(dot) * (x_scale[m] * scale[n]) + bias[n]; or bf16 pairs,
+// odd product first. Neither order depends on m, tiling or threads.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,11 @@ inline constexpr int64_t kGemmPanelWidth = 16;
 //          order: four consecutive k of one column side by side,
 //          packed[panel][kk / 4][j][kk % 4], k padded with zeros to a multiple
 //          of 4); the activations are quantized per row at run time.
-enum class WeightFormat : uint8_t { kF32, kBF16, kF16, kInt8, kW8A8 };
+//   kBF16Dot: bf16 (subnormals flushed to zero), two consecutive k of one
+//          column side by side (packed[panel][kk / 2][j][kk % 2], k padded to
+//          even); x is rounded to bf16 too and the products are bf16 dot
+//          products (vdpbf16ps), not fp32 FMAs.
+enum class WeightFormat : uint8_t { kF32, kBF16, kF16, kInt8, kW8A8, kBF16Dot };
 const char* WeightFormatName(WeightFormat format);
 int64_t WeightFormatBytes(WeightFormat format);  // bytes per element
 
@@ -52,7 +57,7 @@ struct PackedMatrix {
   AlignedBuffer data;
   AlignedBuffer scales;  // kInt8, kW8A8: ceil(n / 16) * 16 (0 past n); else empty
   // kW8A8: per column, sum over k of its codes, as int32 words (0 past n);
-  // the VNNI kernel's unsigned-activation correction (gemm_w8a8.h).
+  // the VNNI kernel's unsigned-activation correction (gemm_dot.h).
   AlignedBuffer code_sums;
 
   template <class T>
@@ -73,8 +78,9 @@ struct PackedMatrix {
 // max|row| / 127, codes rounded to nearest).
 PackedMatrix PackWeights(const float* w, int64_t n, int64_t k,
                          WeightFormat format = WeightFormat::kF32);
-// Packs row-major 16-bit w[n][k] (bf16 or fp16 bit patterns, format kBF16 or
-// kF16) without widening. w may be unaligned (a memory-mapped checkpoint).
+// Packs row-major 16-bit w[n][k] without widening: bf16 bit patterns for
+// kBF16 and kBF16Dot, fp16 for kF16. w may be unaligned (a memory-mapped
+// checkpoint).
 PackedMatrix PackWeights16(const void* w, int64_t n, int64_t k, WeightFormat format);
 
 struct GemmParams {

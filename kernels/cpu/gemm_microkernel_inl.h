@@ -227,7 +227,8 @@ void GemmPanels(const GemmParams& p, int64_t pb, int64_t pe) {
     case WeightFormat::kInt8:
       return GemmPanelsOf<Ops, Int8W>(p, pb, pe);
     case WeightFormat::kW8A8:
-      break;  // gemm_w8a8.h (Gemm() never sends it here)
+    case WeightFormat::kBF16Dot:
+      break;  // gemm_dot.h (Gemm() never sends them here)
   }
 }
 

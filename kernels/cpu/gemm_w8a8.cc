@@ -1,6 +1,6 @@
-// The scalar int8 x int8 product and the row quantizer (gemm_w8a8.h); the
+// The scalar int8 x int8 product and the row quantizer (gemm_dot.h); the
 // vector bodies are in gemm_w8a8_avx2.cc and gemm_w8a8_avx512.cc.
-#include "kernels/cpu/gemm_w8a8.h"
+#include "kernels/cpu/gemm_dot.h"
 
 #include <algorithm>
 #include <cstring>
@@ -58,7 +58,7 @@ void QuantizeRowsW8A8(const float* x, int64_t ldx, int64_t m, int64_t k, bool sh
   }
 }
 
-void GemmW8A8PanelsScalar(const GemmParams& p, const QuantizedRows& x, int64_t panel_begin,
+void GemmW8A8PanelsScalar(const GemmParams& p, const DotRows& x, int64_t panel_begin,
                           int64_t panel_end) {
   const PackedMatrix& w = *p.w;
   const int64_t depth = W8A8Depth(w.k);

@@ -1,4 +1,4 @@
-// AVX2 int8 x int8 body (gemm_w8a8.h), for CPUs without AVX-512 VNNI:
+// AVX2 int8 x int8 body (gemm_dot.h), for CPUs without AVX-512 VNNI:
 // vpmaddubsw multiplies |code| by the weight given code's sign (vpsignb),
 // which keeps every pair sum within int16 (2 * 127 * 127), then vpmaddwd
 // adds the pairs into int32: the same exact dot product as vpdpbusd.
@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/gemm_internal.h"
-#include "kernels/cpu/gemm_w8a8.h"
+#include "kernels/cpu/gemm_dot.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
@@ -28,6 +28,7 @@ struct Ops {
   static constexpr int RemPanels(int rows) { return rows == 1 ? 2 : 1; }
 
   using VI = __m256i;
+  using VW = __m256i;
   using VF = __m256;
   struct X {
     __m256i magnitude;  // |code| per byte
@@ -55,13 +56,13 @@ struct Ops {
   static void StoreF(float* p, VF v) { _mm256_storeu_ps(p, v); }
 };
 
-#include "kernels/cpu/gemm_w8a8_inl.h"
+#include "kernels/cpu/gemm_dot_inl.h"
 
 }  // namespace
 
-void GemmW8A8PanelsAvx2(const GemmParams& p, const QuantizedRows& x, int64_t panel_begin,
+void GemmW8A8PanelsAvx2(const GemmParams& p, const DotRows& x, int64_t panel_begin,
                         int64_t panel_end) {
-  W8A8Panels<Ops>(p, x, panel_begin, panel_end);
+  DotPanels<Ops>(p, x, panel_begin, panel_end);
 }
 
 }  // namespace kvserve::kernels::internal

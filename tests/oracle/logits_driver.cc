@@ -38,17 +38,22 @@ int main(int argc, char** argv) {
   const nlohmann::json request = nlohmann::json::parse(std::cin, nullptr, false);
   if (request.is_discarded()) return Fail("stdin is not JSON");
   const std::string backend = request.value("backend", "cpu");
-  // weight_dtype / quantization: the cpu runner's weight format (the
-  // server's --dtype and --quantization).
+  // weight_dtype / quantization / matmul_precision: the cpu runner's weight
+  // format (the server's --dtype, --quantization and --matmul_precision).
   auto weight_dtype = kvserve::engine::ParseWeightDtype(request.value("weight_dtype", "auto"));
   if (!weight_dtype.ok()) return Fail(std::string(weight_dtype.status().message()));
   auto quantization = kvserve::engine::ParseQuantization(request.value("quantization", "none"));
   if (!quantization.ok()) return Fail(std::string(quantization.status().message()));
+  auto precision =
+      kvserve::engine::ParseMatmulPrecision(request.value("matmul_precision", "float32"));
+  if (!precision.ok()) return Fail(std::string(precision.status().message()));
   // max_model_len: the served length (longrope picks its factors by it).
   auto model = kvserve::engine::LoadModel(
       argv[1], kvserve::engine::LoadModelOptions{
                    .host_weights = backend == "cpu",
-                   .weights = {.dtype = *weight_dtype, .quantization = *quantization},
+                   .weights = {.dtype = *weight_dtype,
+                               .quantization = *quantization,
+                               .matmul_precision = *precision},
                    .max_model_len = request.value("max_model_len", int64_t{0})});
   if (!model.ok()) return Fail(std::string(model.status().message()));
 

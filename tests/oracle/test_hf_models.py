@@ -124,7 +124,7 @@ def hf_reference(model, prompt):
 
 
 def run_driver(model_dir, prompt, chunk, block_size, greedy_tokens=GREEDY, **weights):
-    """weights: weight_dtype= / quantization= (the cpu weight format)."""
+    """weights: weight_dtype= / quantization= / matmul_precision= (the cpu weight format)."""
     req = dict(prompt=prompt, greedy_tokens=greedy_tokens, block_size=block_size, chunk=chunk,
                **weights)
     res = subprocess.run([DRIVER, str(model_dir)], input=json.dumps(req), capture_output=True,
@@ -187,9 +187,16 @@ def test_16bit_weights_give_the_fp32_logits_bit_for_bit(tmp_path, dtype):
 # (docs/engine.md "Weight formats"); these small models (hidden 96, init std
 # 0.2) are harsher than builtin:small (top-1 0.86-0.91).
 INT8_SEQS, INT8_LEN = 5, 448
-INT8_BOUNDS = {  # quantization: (min top-1, max mean |dlogp|, max |dlogp|)
+INT8_BOUNDS = {  # mode: (min top-1, max mean |dlogp|, max |dlogp|)
     "int8": (0.80, 0.3, 2.0),
     "w8a8": (0.70, 0.5, 3.0),
+    "bf16dot": (0.90, 0.1, 1.0),
+}
+# The logits driver's weight options per mode.
+QUANT_MODES = {
+    "int8": dict(quantization="int8"),
+    "w8a8": dict(quantization="w8a8"),
+    "bf16dot": dict(matmul_precision="bfloat16"),  # --matmul_precision=bfloat16
 }
 
 
@@ -206,10 +213,29 @@ def fake_quantize_int8(model):
             p.copy_(torch.clamp(torch.round(p / torch.where(s == 0, 1, s)), -127, 127) * s)
 
 
+def fake_round_bf16(model):
+    """--matmul_precision=bfloat16's weights: every linear layer and the
+    lm_head rounded to bf16 (a tied embedding with it)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() != 2 or name.endswith("embed_tokens.weight") and not p is getattr(
+                    model.get_output_embeddings(), "weight", None):
+                continue
+            p.copy_(p.to(torch.bfloat16).float())
+
+
+def fake_round_activations_bf16(model):
+    """And its inputs: every nn.Linear's input rounded to bf16."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_pre_hook(
+                lambda _m, args: (args[0].to(torch.bfloat16).float(),) + tuple(args[1:]))
+
+
 def fake_quantize_activations(model):
     """Hooks that quantize every linear layer's input as kvserve's w8a8 does:
     per row, scale max|x| / 127, codes round(x * (127 / max|x|)) half to even,
-    clamped to +-127 (kernels/cpu/gemm_w8a8.h)."""
+    clamped to +-127 (kernels/cpu/gemm_dot.h)."""
     def hook(_module, args):
         x = args[0]
         amax = x.abs().amax(dim=-1, keepdim=True)
@@ -227,7 +253,7 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-@pytest.mark.parametrize("quantization", ["int8", "w8a8"])
+@pytest.mark.parametrize("quantization", ["int8", "w8a8", "bf16dot"])
 @pytest.mark.parametrize("case", ["llama3_rope_scaling_tied", "qwen2_bias"])
 def test_int8_weights_against_transformers(tmp_path, case, quantization):
     config_cls, overrides = CASES[case]
@@ -235,7 +261,11 @@ def test_int8_weights_against_transformers(tmp_path, case, quantization):
     # transformers running kvserve's quantization (dequantized weights, and
     # for w8a8 activations): the ideal this quantization can reach.
     emulated = copy.deepcopy(model)
-    fake_quantize_int8(emulated)
+    if quantization == "bf16dot":
+        fake_round_bf16(emulated)
+        fake_round_activations_bf16(emulated)
+    else:
+        fake_quantize_int8(emulated)
     if quantization == "w8a8":
         fake_quantize_activations(emulated)
     rng = np.random.default_rng(5)
@@ -246,7 +276,7 @@ def test_int8_weights_against_transformers(tmp_path, case, quantization):
         with torch.no_grad():
             ref = model(torch.tensor([prompt])).logits[0].numpy().astype(np.float64)
             deq = emulated(torch.tensor([prompt])).logits[0].numpy().astype(np.float64)
-        got, _ = run_driver(tmp_path, prompt, 128, 16, greedy_tokens=0, quantization=quantization)
+        got, _ = run_driver(tmp_path, prompt, 128, 16, greedy_tokens=0, **QUANT_MODES[quantization])
         assert got.shape == ref.shape
         p, nxt = log_softmax(ref[:-1]), np.array(prompt[1:])
         for name, logits in (("kvserve", got), ("emulated", deq)):
@@ -268,7 +298,7 @@ def test_int8_weights_against_transformers(tmp_path, case, quantization):
         # emulation's within fp32 rounding.
         assert err < REL_TOL, f"{case}: int8 vs dequantized reference {err:.3g}"
     else:
-        # Activation codes are discontinuous in x: fp32 rounding differences
+        # Rounded activations are discontinuous in x: fp32 rounding differences
         # flip a code now and then, and each flip moves every later layer's
         # codes, so the two runs are two draws of the same quantization noise.
         # kvserve must be as accurate as the emulation, not equal to it.

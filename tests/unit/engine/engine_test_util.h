@@ -26,6 +26,7 @@ namespace kvserve::engine::testing {
 //   ":bf16", ":f16"  generated as a bf16 / fp16 checkpoint, weights kept 16-bit
 //   ":int8"          the fp32 checkpoint, weights quantized to int8
 //   ":w8a8"          the same, with int8 activations per token
+//   ":bf16dot"       a bf16 checkpoint under --matmul_precision=bfloat16
 inline const Model& BuiltinModel(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Model>>* models =
       new std::map<std::string, std::unique_ptr<Model>>();
@@ -40,8 +41,12 @@ inline const Model& BuiltinModel(const std::string& name) {
     if (format == "f16") checkpoint = DType::kF16;
     if (format == "int8") options.weights.quantization = Quantization::kInt8;
     if (format == "w8a8") options.weights.quantization = Quantization::kW8A8;
+    if (format == "bf16dot") {
+      checkpoint = DType::kBF16;
+      options.weights.matmul_precision = MatmulPrecision::kBfloat16;
+    }
     EXPECT_TRUE(format.empty() || format == "bf16" || format == "f16" || format == "int8" ||
-                format == "w8a8")
+                format == "w8a8" || format == "bf16dot")
         << name;
     auto m = LoadBuiltinModel(base, checkpoint, options);
     EXPECT_TRUE(m.ok()) << m.status();
@@ -60,7 +65,7 @@ inline std::string TestNameOf(std::string name) {
 // invariance tests (with the fp32 KV cache).
 inline std::vector<std::string> TinyModelsInWeightFormats() {
   std::vector<std::string> names;
-  for (const char* format : {":bf16", ":f16", ":int8", ":w8a8"}) {
+  for (const char* format : {":bf16", ":f16", ":int8", ":w8a8", ":bf16dot"}) {
     for (const char* model : {"tiny", "tiny-qwen3", "tiny-phi3", "tiny-gemma2", "tiny-gemma3"}) {
       names.push_back(std::string(model) + format);
     }

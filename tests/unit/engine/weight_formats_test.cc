@@ -135,10 +135,12 @@ struct Bounds {
 // real bug (a wrong scale, a lost code) fails them by orders of magnitude.
 // builtin:small's weights are uniform, so per-channel scales lose little to
 // outliers; the teacher tokens are random, so targets sit in the tail where
-// |delta log p| is largest (the KL is the fairer figure). w8a8 adds the
-// per-token rounding of every layer's input (1/254 of the row's max).
+// |delta log p| is largest (the KL is the fairer figure). "bf16 dot" adds
+// the bf16 rounding of every layer's input to bf16's, w8a8 the per-token
+// int8 rounding (1/254 of the row's max) to int8's.
 const Bounds kBounds[] = {
     {"bfloat16", {.dtype = WeightDtype::kBfloat16}, 0.97, 3e-3, 0.1, 0.4, 2.0},
+    {"bf16 dot", {.matmul_precision = MatmulPrecision::kBfloat16}, 0.97, 4e-3, 0.12, 0.45, 2.0},
     {"int8", {.quantization = Quantization::kInt8}, 0.95, 1.5e-2, 0.4, 0.9, 4.0},
     {"w8a8", {.quantization = Quantization::kW8A8}, 0.90, 8e-2, 3.0, 1.6, 8.0},
 };
@@ -184,7 +186,7 @@ TEST(WeightFormatsTest, Int8TeacherForcedAgainstFp32Weights) {
     EXPECT_LE(dlp_max, b.max_dlogp);
     EXPECT_GT(mean_kl, 0.0);  // not a no-op: the format changes the logits
     // int8 (1/254 of a row's max) rounds coarser than bf16 (2^-9 of each
-    // value), and w8a8 rounds the activations on top.
+    // value); "bf16 dot" and w8a8 round the activations on top.
     EXPECT_GT(mean_kl, previous_mean_kl);
     previous_mean_kl = mean_kl;
   }

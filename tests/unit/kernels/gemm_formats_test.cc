@@ -68,7 +68,8 @@ TEST(GemmFormatsTest, PackedLayoutAndReadRow) {
             ASSERT_EQ(row[kk], F16ToF32(FloatToHalf(v)));
             break;
           case WeightFormat::kInt8:
-          case WeightFormat::kW8A8:  // (gemm_w8a8_test.cc)
+          case WeightFormat::kW8A8:  // (gemm_dot_test.cc)
+          case WeightFormat::kBF16Dot:
             // Rounded to the nearest code: within half a step of the weight.
             ASSERT_LE(std::fabs(row[kk] - v), 0.5001f * p.scales[r]);
             break;
@@ -181,7 +182,8 @@ TEST(GemmFormatsTest, RowsAreBitIdenticalAcrossBatchesAndThreads) {
   const int64_t n = 200, k = 300, m = 41;
   const std::vector<float> w = Random(n * k, rng), bias = Random(n, rng), x = Random(m * k, rng);
   for (WeightFormat format :
-       {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8, WeightFormat::kW8A8}) {
+       {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8, WeightFormat::kW8A8,
+        WeightFormat::kBF16Dot}) {
     const PackedMatrix p = PackWeights(w.data(), n, k, format);
     for (CpuIsa isa : AvailableIsas()) {
       const std::vector<float> all = RunGemm(p, x, m, bias.data(), isa, &three);

@@ -1,4 +1,4 @@
-// Helpers of the GEMM format tests (gemm_formats_test.cc, gemm_w8a8_test.cc).
+// Helpers of the GEMM format tests (gemm_formats_test.cc, gemm_dot_test.cc).
 #pragma once
 
 #include <cstdint>

@@ -103,6 +103,24 @@ TEST(ServerConfig, Quantization) {
   EXPECT_EQ(Error(c), "");
 }
 
+TEST(ServerConfig, MatmulPrecision) {
+  ServerConfig c;
+  c.backend = "cpu";
+  for (const char* ok : {"float32", "bfloat16"}) {
+    c.matmul_precision = ok;
+    EXPECT_EQ(Error(c), "") << ok;
+  }
+  c.matmul_precision = "fp8";
+  EXPECT_EQ(Error(c), "--matmul_precision: must be float32 or bfloat16, got \"fp8\"");
+  c.matmul_precision = "bfloat16";
+  c.quantization = "int8";
+  EXPECT_NE(Error(c).find("--matmul_precision: bfloat16 takes bf16 weights"), std::string::npos)
+      << Error(c);
+  c.quantization = "none";
+  c.backend = "cuda";
+  EXPECT_NE(Error(c).find("--matmul_precision: the cuda backend"), std::string::npos) << Error(c);
+}
+
 TEST(HealthMonitor, StallOnlyWhileBusy) {
   const TimePoint t0{std::chrono::seconds(1000)};
   const auto stall = std::chrono::seconds(5);

@@ -1,11 +1,16 @@
-// WeightFormat::kW8A8 (kernels/cpu/gemm_w8a8.h): int8 weights times int8
-// activations quantized per row.
+// The dot-product formats (kernels/cpu/gemm_dot.h).
+// kW8A8: int8 weights times int8 activations quantized per row.
 //   - Every ISA path (scalar, AVX2 with vpmaddubsw, AVX-512 VNNI) gives, bit
 //     for bit, the contract computed here independently: codes by
 //     nearbyint, an int64 dot product, float(dot) * (x_scale * w_scale) + bias.
 //   - Odd k (padding to the 4-deep step), partial panels, every tile shape,
 //     threads; all-zero, Inf and NaN rows.
 //   - The result is within the quantization error of the double product.
+// kBF16Dot: bf16 weights times x rounded to bf16, vdpbf16ps's order.
+//   - Every path (scalar, AVX2 emulation, AVX512-BF16 where the CPU has it)
+//     gives the contract bit for bit; the weights from a bf16 checkpoint's
+//     bits equal those rounded from fp32; within bf16 rounding of the double
+//     product.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,14 +22,15 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/gemm_w8a8.h"
+#include "kernels/cpu/gemm_dot.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/unit/kernels/gemm_test_util.h"
 
 namespace kvserve::kernels {
 namespace {
 
-// The activation codes and scale of one row, as gemm_w8a8.h defines them.
+// The activation codes and scale of one row, as gemm_dot.h defines them.
 struct RowCodes {
   std::vector<int32_t> codes;
   float scale = 0.0f;
@@ -71,7 +77,7 @@ std::vector<float> Reference(const std::vector<float>& w, int64_t n, int64_t k,
   return y;
 }
 
-TEST(GemmW8A8Test, EveryPathIsTheContractBitForBit) {
+TEST(GemmDotTest, W8A8EveryPathIsTheContractBitForBit) {
   ThreadPool pool(3);
   std::mt19937 rng(21);
   const int64_t kn[][2] = {{1, 5}, {3, 16}, {7, 33}, {64, 17}, {97, 200}, {578, 40}, {1536, 24}};
@@ -98,7 +104,7 @@ TEST(GemmW8A8Test, EveryPathIsTheContractBitForBit) {
   }
 }
 
-TEST(GemmW8A8Test, NonFiniteRowsGiveNaNAndLeaveOtherRowsAlone) {
+TEST(GemmDotTest, W8A8NonFiniteRowsGiveNaNAndLeaveOtherRowsAlone) {
   std::mt19937 rng(22);
   const int64_t n = 20, k = 37, m = 4;
   const std::vector<float> w = Random(n * k, rng);
@@ -119,7 +125,7 @@ TEST(GemmW8A8Test, NonFiniteRowsGiveNaNAndLeaveOtherRowsAlone) {
 }
 
 // Both quantizers give the same bytes, shifted or not, on every tail length.
-TEST(GemmW8A8Test, VectorQuantizerMatchesScalarByteForByte) {
+TEST(GemmDotTest, W8A8VectorQuantizerMatchesScalarByteForByte) {
   if (DetectedIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
   std::mt19937 rng(23);
   for (int64_t k : {1, 15, 16, 17, 33, 64, 577}) {
@@ -142,7 +148,7 @@ TEST(GemmW8A8Test, VectorQuantizerMatchesScalarByteForByte) {
 // Within the rounding of both quantizations of the exact product: each
 // product's error is at most |x| * w_scale / 2 + |w| * x_scale / 2 (+ their
 // product), so the sum's is bounded by a few hundredths of sum |x * w|.
-TEST(GemmW8A8Test, CloseToTheDoubleProduct) {
+TEST(GemmDotTest, W8A8CloseToTheDoubleProduct) {
   std::mt19937 rng(24);
   const int64_t n = 48, k = 333, m = 9;
   const std::vector<float> w = Random(n * k, rng), x = Random(m * k, rng);
@@ -160,7 +166,7 @@ TEST(GemmW8A8Test, CloseToTheDoubleProduct) {
   }
 }
 
-TEST(GemmW8A8Test, ReadRowIsTheInt8FormatsRow) {
+TEST(GemmDotTest, W8A8ReadRowIsTheInt8FormatsRow) {
   std::mt19937 rng(25);
   const int64_t n = 21, k = 13;
   const std::vector<float> w = Random(n * k, rng);
@@ -175,5 +181,119 @@ TEST(GemmW8A8Test, ReadRowIsTheInt8FormatsRow) {
   }
 }
 
+// bf16 of v as gemm_dot.h defines it, from kv_quant's rounding: an fp32
+// subnormal becomes a signed zero.
+float Bf16Reference(float v) {
+  if (std::fpclassify(v) == FP_SUBNORMAL) return std::copysign(0.0f, v);
+  return Bf16ToFloat(FloatToBf16(v));
+}
+
+std::vector<float> Bf16DotReference(const std::vector<float>& w, int64_t n, int64_t k,
+                                    const std::vector<float>& x, int64_t m, const float* bias) {
+  std::vector<float> y(static_cast<size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      volatile float acc = 0.0f;  // in order (see gemm_bf16dot.cc)
+      for (int64_t kk = 0; kk < k; kk += 2) {
+        // The odd element first; past k, x and w are zero.
+        const float odd = kk + 1 < k ? Bf16Reference(x[r * k + kk + 1]) *
+                                           Bf16Reference(w[c * k + kk + 1])
+                                     : 0.0f;
+        acc = acc + odd;
+        acc = acc + Bf16Reference(x[r * k + kk]) * Bf16Reference(w[c * k + kk]);
+      }
+      y[r * n + c] = bias != nullptr ? acc + bias[c] : acc;
+    }
+  }
+  return y;
+}
+
+TEST(GemmDotTest, Bf16EveryPathIsTheContractBitForBit) {
+  ThreadPool pool(3);
+  std::mt19937 rng(31);
+  const int64_t kn[][2] = {{1, 5}, {2, 16}, {7, 33}, {64, 17}, {97, 200}, {577, 40}};
+  for (const auto& [k, n] : kn) {
+    std::vector<float> w = Random(n * k, rng);
+    w[0] = 1e-39f;   // subnormal: flushed to +0
+    w[k] = -1e-39f;  // (row 1) to -0
+    const PackedMatrix p = PackWeights(w.data(), n, k, WeightFormat::kBF16Dot);
+    const std::vector<float> bias = Random(n, rng);
+    for (int64_t m : {1, 2, 5, 6, 7, 12, 13, 30}) {
+      std::vector<float> x = Random(m * k, rng);
+      x[0] = 3e-39f;
+      for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+        const std::vector<float> want = Bf16DotReference(w, n, k, x, m, b);
+        for (CpuIsa isa : AvailableIsas()) {
+          for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            const std::vector<float> got = RunGemm(p, x, m, b, isa, threads);
+            ASSERT_TRUE(SameBits(got, want))
+                << IsaName(isa) << " k=" << k << " n=" << n << " m=" << m
+                << " avx512bf16=" << HasAvx512Bf16();
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmDotTest, Bf16FromCheckpointBitsEqualsRoundedFp32) {
+  std::mt19937 rng(32);
+  const int64_t n = 37, k = 45;
+  std::vector<float> w = Random(n * k, rng);
+  w[3] = 1e-39f;
+  std::vector<uint16_t> bits(w.size());
+  for (size_t i = 0; i < w.size(); ++i) bits[i] = FloatToBf16(w[i]);
+  std::vector<float> rounded(w.size());
+  for (size_t i = 0; i < w.size(); ++i) rounded[i] = Bf16ToFloat(bits[i]);
+  const PackedMatrix a = PackWeights16(bits.data(), n, k, WeightFormat::kBF16Dot);
+  const PackedMatrix b = PackWeights(rounded.data(), n, k, WeightFormat::kBF16Dot);
+  ASSERT_EQ(a.data.size(), b.data.size());
+  EXPECT_EQ(std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(float)), 0);
+  std::vector<float> row(k);
+  for (int64_t r = 0; r < n; ++r) {
+    a.ReadRow(r, row.data());
+    for (int64_t kk = 0; kk < k; ++kk) ASSERT_EQ(row[kk], Bf16Reference(rounded[r * k + kk]));
+  }
+}
+
+TEST(GemmDotTest, Bf16VectorRoundingMatchesScalar) {
+  if (DetectedIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(33);
+  for (int64_t k : {1, 15, 16, 17, 64, 99}) {
+    const int64_t m = 3, depth = internal::Bf16DotDepth(k);
+    std::vector<float> x = Random(m * k, rng);
+    x[0] = std::numeric_limits<float>::quiet_NaN();
+    if (k > 2) {
+      x[1] = -1e-40f;
+      x[2] = std::numeric_limits<float>::infinity();
+    }
+    for (int64_t i = 0; i < k; ++i) x[2 * k + i] = 1.0f + (i % 3) * 0x1p-8f;  // exact ties
+    std::vector<uint16_t> a(m * depth, 1), b(m * depth, 2);
+    internal::RoundRowsBf16(x.data(), k, m, k, a.data());
+    internal::RoundRowsBf16Avx512(x.data(), k, m, k, b.data());
+    EXPECT_EQ(a, b) << "k=" << k;
+  }
+}
+
+TEST(GemmDotTest, Bf16CloseToTheDoubleProduct) {
+  std::mt19937 rng(34);
+  const int64_t n = 40, k = 301, m = 7;
+  const std::vector<float> w = Random(n * k, rng), x = Random(m * k, rng);
+  const PackedMatrix p = PackWeights(w.data(), n, k, WeightFormat::kBF16Dot);
+  const std::vector<float> y = RunGemm(p, x, m, nullptr, ActiveIsa(), nullptr);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      double ref = 0.0, mag = 0.0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        ref += static_cast<double>(x[r * k + kk]) * w[c * k + kk];
+        mag += std::fabs(static_cast<double>(x[r * k + kk]) * w[c * k + kk]);
+      }
+      // Each factor within 2^-9 relative: each product within ~2^-8.
+      ASSERT_NEAR(y[r * n + c], ref, 0x1p-8 * mag + 1e-6) << r << " " << c;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvserve::kernels
+

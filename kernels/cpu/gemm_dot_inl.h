@@ -1,28 +1,31 @@
-// Internal to kernels/cpu: the register-tiled int8 x int8 body shared by
-// gemm_w8a8_avx2.cc and gemm_w8a8_avx512.cc. Each includes this file inside
-// its target region after defining a vector-ops struct `Ops`:
-//   VI (int32 vector), VF (float vector), X (one row's broadcast codes),
+// Internal to kernels/cpu: the register-tiled body of the dot-product
+// formats (gemm_dot.h), shared by gemm_w8a8_{avx2,avx512}.cc and
+// gemm_bf16dot_{avx2,avx512}.cc. Each includes this file inside its target
+// region after defining a vector-ops struct `Ops`:
+//   VI (accumulator vector), VW (weight vector), VF (float vector),
+//   X (one row's broadcast step),
 //   kLanes (8 or 16), kMainRows, kMainPanels, RemPanels(rows),
-//   Zero(), LoadW(p): kLanes columns x 4 k of codes at p (aligned),
-//   BroadcastX(p): the 4 codes at p for every column,
-//   Dot(acc, X, w): acc + the 4-deep products per column (exact int32),
-//   Finish(acc, sums, x_scale, w_scales) = float(dot) * (x_scale * w_scale)
-//     where dot is acc less the shift correction (gemm_w8a8.h),
+//   Zero(), LoadW(p): kLanes columns x one 4-byte step at p (aligned),
+//   BroadcastX(p): the 4-byte step at p for every column,
+//   Dot(acc, X, w): acc plus that step's products per column, in the
+//     format's order (gemm_dot.h),
+//   Finish(acc, sums, x_scale, w_scales): y before the bias (W8A8: the
+//     scales applied; bf16: acc itself; sums and w_scales may be null),
 //   AddBias(v, p), StoreF(p, v).
 // It must include nothing itself.
 //
-// The integer dot product is exact, so the tile shapes and the order of the
-// k loop cannot change a bit of y; Finish and AddBias are the gemm_w8a8.h
-// operations element by element.
+// Every accumulator takes the steps in order s = 0, 1, ... from zero, and
+// Finish and AddBias are gemm_dot.h's operations element by element, so the
+// tile shapes cannot change a bit of y.
 
 namespace {
 
-// Rows of codes kept in L2 while a thread sweeps its column panels.
-constexpr int64_t kW8A8RowBlockBytes = 256 * 1024;
+// Rows of converted x kept in L2 while a thread sweeps its column panels.
+constexpr int64_t kDotRowBlockBytes = 256 * 1024;
 
 // y[row..row+MR) x columns [col, col + cols) of the NP panels at w.
 template <class Ops, int MR, int NP>
-inline void W8A8Tile(const GemmParams& p, const QuantizedRows& x, int64_t row, const int8_t* w,
+inline void DotTile(const GemmParams& p, const DotRows& x, int64_t row, const int8_t* w,
                      int64_t panel_bytes, int64_t steps, int64_t col, int64_t cols) {
   using VI = typename Ops::VI;
   using VF = typename Ops::VF;
@@ -36,8 +39,8 @@ inline void W8A8Tile(const GemmParams& p, const QuantizedRows& x, int64_t row, c
     for (int j = 0; j < kVecs; ++j) acc[r][j] = Ops::Zero();
   }
   const int8_t* xr = x.codes + row * x.ld;
-  for (int64_t s = 0; s < steps; ++s) {
-    VI wv[kVecs];
+  for (int64_t s = 0; s < steps; ++s) {  // in order (bf16 sums are rounded)
+    typename Ops::VW wv[kVecs];
 #pragma GCC unroll 32
     for (int j = 0; j < kVecs; ++j) {
       wv[j] = Ops::LoadW(w + (j / kVecPerPanel) * panel_bytes + s * 64 +
@@ -51,17 +54,21 @@ inline void W8A8Tile(const GemmParams& p, const QuantizedRows& x, int64_t row, c
     }
   }
 
-  const auto* sums = reinterpret_cast<const int32_t*>(p.w->code_sums.data()) + col;
-  const float* w_scales = p.w->scales.data() + col;
+  const auto* sums = p.w->code_sums.size() != 0
+                         ? reinterpret_cast<const int32_t*>(p.w->code_sums.data()) + col
+                         : nullptr;
+  const float* w_scales = p.w->scales.size() != 0 ? p.w->scales.data() + col : nullptr;
   const float* bias = p.bias != nullptr ? p.bias + col : nullptr;
+  // Vector j's slice of a per-column array that may be absent.
+  auto Lanes = [](const auto* base, int j) { return base != nullptr ? base + j * Ops::kLanes : base; };
 #pragma GCC unroll 32
   for (int r = 0; r < MR; ++r) {
-    const float x_scale = x.scales[row + r];
+    const float x_scale = x.scales != nullptr ? x.scales[row + r] : 0.0f;
     float* y = p.y + (row + r) * p.ldy + col;
     if (cols == kWidth) {
 #pragma GCC unroll 32
       for (int j = 0; j < kVecs; ++j) {
-        VF v = Ops::Finish(acc[r][j], sums + j * Ops::kLanes, x_scale, w_scales + j * Ops::kLanes);
+        VF v = Ops::Finish(acc[r][j], Lanes(sums, j), x_scale, Lanes(w_scales, j));
         if (bias != nullptr) v = Ops::AddBias(v, bias + j * Ops::kLanes);
         Ops::StoreF(y + j * Ops::kLanes, v);
       }
@@ -73,22 +80,22 @@ inline void W8A8Tile(const GemmParams& p, const QuantizedRows& x, int64_t row, c
 #pragma GCC unroll 32
     for (int j = 0; j < kVecs; ++j) {
       Ops::StoreF(tmp + j * Ops::kLanes,
-                  Ops::Finish(acc[r][j], sums + j * Ops::kLanes, x_scale, w_scales + j * Ops::kLanes));
+                  Ops::Finish(acc[r][j], Lanes(sums, j), x_scale, Lanes(w_scales, j)));
     }
     for (int64_t c = 0; c < cols; ++c) y[c] = bias != nullptr ? tmp[c] + bias[c] : tmp[c];
   }
 }
 
-// W8A8Tile<Ops, rows, NP> for a run-time rows in [1, R].
+// DotTile<Ops, rows, NP> for a run-time rows in [1, R].
 template <class Ops, int NP, int R>
-inline void W8A8TailTile(int64_t rows, const GemmParams& p, const QuantizedRows& x, int64_t row,
+inline void DotTailTile(int64_t rows, const GemmParams& p, const DotRows& x, int64_t row,
                          const int8_t* w, int64_t panel_bytes, int64_t steps, int64_t col,
                          int64_t cols) {
   if constexpr (R > 0) {
     if (rows == R) {
-      W8A8Tile<Ops, R, NP>(p, x, row, w, panel_bytes, steps, col, cols);
+      DotTile<Ops, R, NP>(p, x, row, w, panel_bytes, steps, col, cols);
     } else {
-      W8A8TailTile<Ops, NP, R - 1>(rows, p, x, row, w, panel_bytes, steps, col, cols);
+      DotTailTile<Ops, NP, R - 1>(rows, p, x, row, w, panel_bytes, steps, col, cols);
     }
   }
 }
@@ -96,7 +103,7 @@ inline void W8A8TailTile(int64_t rows, const GemmParams& p, const QuantizedRows&
 // Rows [r0, r1) times the panels [pb, pe), NP at a time: each panel group's
 // codes stay in L1/L2 while every row tile of the block uses them.
 template <class Ops, int MR, int NP>
-inline void W8A8RowsTimesPanels(const GemmParams& p, const QuantizedRows& x, int64_t r0,
+inline void DotRowsTimesPanels(const GemmParams& p, const DotRows& x, int64_t r0,
                                 int64_t r1, int64_t pb, int64_t pe) {
   const int64_t panel_bytes = x.ld * 16;
   const int64_t steps = x.ld / 4;
@@ -109,9 +116,9 @@ inline void W8A8RowsTimesPanels(const GemmParams& p, const QuantizedRows& x, int
     for (int64_t row = r0; row < r1; row += MR) {
       const int64_t rows = r1 - row < MR ? r1 - row : MR;
       if (rows == MR) {
-        W8A8Tile<Ops, MR, kNp>(p, x, row, w, panel_bytes, steps, col, cols);
+        DotTile<Ops, MR, kNp>(p, x, row, w, panel_bytes, steps, col, cols);
       } else {
-        W8A8TailTile<Ops, kNp, MR - 1>(rows, p, x, row, w, panel_bytes, steps, col, cols);
+        DotTailTile<Ops, kNp, MR - 1>(rows, p, x, row, w, panel_bytes, steps, col, cols);
       }
     }
   };
@@ -121,29 +128,29 @@ inline void W8A8RowsTimesPanels(const GemmParams& p, const QuantizedRows& x, int
 
 // Fewer than kMainRows rows: one tile of all of them, RemPanels(R) panels wide.
 template <class Ops, int R>
-inline void W8A8FewRows(const GemmParams& p, const QuantizedRows& x, int64_t rows, int64_t pb,
+inline void DotFewRows(const GemmParams& p, const DotRows& x, int64_t rows, int64_t pb,
                         int64_t pe) {
   if constexpr (R > 0) {
     if (rows == R) {
-      W8A8RowsTimesPanels<Ops, R, Ops::RemPanels(R)>(p, x, 0, R, pb, pe);
+      DotRowsTimesPanels<Ops, R, Ops::RemPanels(R)>(p, x, 0, R, pb, pe);
     } else {
-      W8A8FewRows<Ops, R - 1>(p, x, rows, pb, pe);
+      DotFewRows<Ops, R - 1>(p, x, rows, pb, pe);
     }
   }
 }
 
 template <class Ops>
-void W8A8Panels(const GemmParams& p, const QuantizedRows& x, int64_t pb, int64_t pe) {
+void DotPanels(const GemmParams& p, const DotRows& x, int64_t pb, int64_t pe) {
   constexpr int MR = Ops::kMainRows;
   if (p.m < MR) {
-    W8A8FewRows<Ops, MR - 1>(p, x, p.m, pb, pe);
+    DotFewRows<Ops, MR - 1>(p, x, p.m, pb, pe);
     return;
   }
-  int64_t row_block = kW8A8RowBlockBytes / x.ld / MR * MR;
+  int64_t row_block = kDotRowBlockBytes / x.ld / MR * MR;
   if (row_block < MR) row_block = MR;
   for (int64_t r0 = 0; r0 < p.m; r0 += row_block) {
     const int64_t r1 = r0 + row_block < p.m ? r0 + row_block : p.m;
-    W8A8RowsTimesPanels<Ops, MR, Ops::kMainPanels>(p, x, r0, r1, pb, pe);
+    DotRowsTimesPanels<Ops, MR, Ops::kMainPanels>(p, x, r0, r1, pb, pe);
   }
 }
 

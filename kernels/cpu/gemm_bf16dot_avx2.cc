@@ -1,0 +1,74 @@
+// AVX2 bf16 dot-product body (gemm_dot.h, kBF16Dot) for CPUs without
+// AVX512-BF16: it does vdpbf16ps's arithmetic with fp32 multiplies and adds
+// (the program is built with -ffp-contract=off, so they stay unfused):
+// widen each bf16 by a shift or a mask, multiply (exact), add the odd
+// product, then the even one.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/gemm_dot.h"
+#include "kernels/cpu/gemm_internal.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+
+namespace kvserve::kernels::internal {
+namespace {
+
+struct Ops : Avx2Tiling {
+  // 16 ymm: 6 rows x 2 accumulators, 2 weights, 2 broadcasts (the widened
+  // weights are made just before use).
+  using VI = __m256;
+  using VW = __m256i;
+  using VF = __m256;
+  struct X {
+    __m256 even, odd;  // the row's two values of the step, widened
+  };
+  static constexpr int kLanes = 8;
+  static VI Zero() { return _mm256_setzero_ps(); }
+  static __m256i LoadW(const int8_t* p) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  static X BroadcastX(const int8_t* p) {
+    uint32_t pair;
+    std::memcpy(&pair, p, sizeof(pair));
+    const uint32_t even = pair << 16, odd = pair & 0xffff0000u;
+    float e, o;
+    std::memcpy(&e, &even, sizeof(e));
+    std::memcpy(&o, &odd, sizeof(o));
+    return {_mm256_set1_ps(e), _mm256_set1_ps(o)};
+  }
+  static VI Dot(VI acc, X x, __m256i w) {
+    const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(-65536)));
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(x.odd, odd));
+    return _mm256_add_ps(acc, _mm256_mul_ps(x.even, even));
+  }
+  static VF Finish(VI acc, const int32_t*, float, const float*) { return acc; }
+  static VF AddBias(VF v, const float* p) { return _mm256_add_ps(v, _mm256_loadu_ps(p)); }
+  static void StoreF(float* p, VF v) { _mm256_storeu_ps(p, v); }
+};
+
+#include "kernels/cpu/gemm_dot_inl.h"
+
+}  // namespace
+
+void GemmBf16DotPanelsAvx2(const GemmParams& p, const DotRows& x, int64_t panel_begin,
+                           int64_t panel_end) {
+  DotPanels<Ops>(p, x, panel_begin, panel_end);
+}
+
+}  // namespace kvserve::kernels::internal
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
