@@ -123,6 +123,14 @@ inline void DotRowsTimesPanels(const GemmParams& p, const DotRows& x, int64_t r0
     }
   };
   for (; panel + NP <= pe; panel += NP) run(std::integral_constant<int, NP>{}, panel);
+  // The leftover panels in halving groups (7 = 4 + 2 + 1): a lone panel has
+  // one dependency chain per row, latency-bound when there are few rows.
+  if constexpr (NP >= 8) {
+    if (panel + 4 <= pe) run(std::integral_constant<int, 4>{}, panel), panel += 4;
+  }
+  if constexpr (NP >= 4) {
+    if (panel + 2 <= pe) run(std::integral_constant<int, 2>{}, panel), panel += 2;
+  }
   for (; panel < pe; ++panel) run(std::integral_constant<int, 1>{}, panel);
 }
 
