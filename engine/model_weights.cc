@@ -97,9 +97,10 @@ absl::StatusOr<PackedMatrix> PackTensors(const SafetensorsCheckpoint& ckpt,
     total_rows += rows;
   }
   const WeightFormat format = TargetFormat(o, tensors, quantize);
-  const DType same = format == WeightFormat::kBF16 || format == WeightFormat::kBF16Dot ? DType::kBF16
-                     : format == WeightFormat::kF16                                      ? DType::kF16
-                                                                                         : DType::kF32;
+  const DType same = format == WeightFormat::kBF16 || format == WeightFormat::kBF16Dot
+                         ? DType::kBF16
+                     : format == WeightFormat::kF16 ? DType::kF16
+                                                    : DType::kF32;
   bool raw16 = same != DType::kF32;
   for (const TensorInfo* t : tensors) raw16 = raw16 && t->dtype == same;
   if (raw16) {

@@ -304,10 +304,10 @@ int RunDaemon(const ServerConfig& config) {
       "kv_blocks={} block_size={} kv_cache_dtype={} "
       "kv_cache_capacity_tokens={} max_model_len={} tls={} auth={}",
       model.name, backend, backend_parts.device, config.dtype, config.quantization,
-      config.matmul_precision, static_cast<double>(model.weights.TotalBytes()) / (1 << 20), engine_config.num_blocks,
-      engine_config.block_size, config.kv_cache_dtype, KvCapacityTokens(engine_config),
-      engine_config.max_model_len, config.tls_cert_file.empty() ? "off" : "on",
-      token.empty() ? "off" : "on");
+      config.matmul_precision, static_cast<double>(model.weights.TotalBytes()) / (1 << 20),
+      engine_config.num_blocks, engine_config.block_size, config.kv_cache_dtype,
+      KvCapacityTokens(engine_config), engine_config.max_model_len,
+      config.tls_cert_file.empty() ? "off" : "on", token.empty() ? "off" : "on");
   const std::string http_ready =
       http_server ? absl::StrCat(" http=", config.host, ":", http_server->port()) : "";
   std::printf("kvserve ready grpc=%s:%d metrics=%s:%d%s\n", config.host.c_str(), grpc_port,

@@ -85,9 +85,9 @@ int main(int argc, char** argv) {
     return Fail("--matmul_precision: " + std::string(precision.status().message()));
   }
   auto model = kvserve::engine::LoadModel(
-      absl::GetFlag(FLAGS_model), {.weights = {.dtype = *weight_dtype,
-                                               .quantization = *quantization,
-                                               .matmul_precision = *precision}});
+      absl::GetFlag(FLAGS_model),
+      {.weights = {
+           .dtype = *weight_dtype, .quantization = *quantization, .matmul_precision = *precision}});
   if (!model.ok()) return Fail(std::string(model.status().message()));
   const auto& tokenizer = (*model)->tokenizer;
   if (tokenizer == nullptr) return Fail("the model has no tokenizer; text prompts need one");

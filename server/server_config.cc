@@ -70,9 +70,10 @@ absl::Status ValidateConfig(const ServerConfig& c) {
                absl::StrCat("must be float32 or bfloat16, got \"", c.matmul_precision, "\""));
   }
   if (c.matmul_precision != "float32" && c.quantization != "none") {
-    return Bad("matmul_precision", absl::StrCat("bfloat16 takes bf16 weights; it cannot be combined "
-                                                "with --quantization=",
-                                                c.quantization));
+    return Bad("matmul_precision",
+               absl::StrCat("bfloat16 takes bf16 weights; it cannot be combined "
+                            "with --quantization=",
+                            c.quantization));
   }
   if (c.backend == "cuda" && c.matmul_precision != "float32") {
     return Bad("matmul_precision",

@@ -42,7 +42,7 @@ struct ServerConfig {
   // cpu: float32 (fp32 FMAs; bit-identical across weight widths) | bfloat16
   // (bf16 weights and inputs, bf16 dot products)
   std::string matmul_precision = "float32";
-  bool batch_invariant = false;       // cuda: batch-invariant kernels
+  bool batch_invariant = false;  // cuda: batch-invariant kernels
   // auto: generation_config.json's sampling values fill a request's unset
   // fields; none: ignore them (its EOS ids are used either way).
   std::string generation_config = "auto";

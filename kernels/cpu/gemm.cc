@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/gemm_dot.h"
+#include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/half_float.h"
 #include "kernels/cpu/kv_quant.h"
 
@@ -105,7 +105,7 @@ PackedMatrix Allocate(int64_t n, int64_t k, WeightFormat format) {
   packed.format = format;
   if (n == 0 || k == 0) return packed;  // nothing to pack (and no storage to point into)
   const int64_t panels = (n + kGemmPanelWidth - 1) / kGemmPanelWidth;
-  const int64_t depth = format == WeightFormat::kW8A8       ? internal::W8A8Depth(k)
+  const int64_t depth = format == WeightFormat::kW8A8      ? internal::W8A8Depth(k)
                         : format == WeightFormat::kBF16Dot ? internal::Bf16DotDepth(k)
                                                            : k;
   const int64_t bytes = panels * depth * kGemmPanelWidth * WeightFormatBytes(format);
@@ -136,9 +136,10 @@ void PackBf16Pairs(PackedMatrix& packed, RowFn&& element) {
   uint16_t* out = reinterpret_cast<uint16_t*>(packed.data.data());
   const int64_t n = packed.n, k = packed.k, depth = internal::Bf16DotDepth(k);
   for (int64_t row = 0; row < n; ++row) {
-    uint16_t* dst = out + (row / kGemmPanelWidth) * depth * kGemmPanelWidth +
-                    (row % kGemmPanelWidth) * 2;
-    for (int64_t kk = 0; kk < k; ++kk) dst[(kk / 2) * 2 * kGemmPanelWidth + kk % 2] = element(row, kk);
+    uint16_t* dst =
+        out + (row / kGemmPanelWidth) * depth * kGemmPanelWidth + (row % kGemmPanelWidth) * 2;
+    for (int64_t kk = 0; kk < k; ++kk)
+      dst[(kk / 2) * 2 * kGemmPanelWidth + kk % 2] = element(row, kk);
   }
 }
 

@@ -13,7 +13,7 @@ namespace kvserve::kernels::internal {
 uint16_t RoundToBf16FlushSubnormal(float v) {
   const uint32_t bits = std::bit_cast<uint32_t>(v);
   const uint32_t magnitude = bits & 0x7fffffffu, high = bits >> 16;
-  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(high | 0x40);  // a quiet NaN
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(high | 0x40);    // a quiet NaN
   if (magnitude < 0x00800000u) return static_cast<uint16_t>(high & 0x8000);  // signed zero
   return static_cast<uint16_t>((bits + 0x7fffu + (high & 1)) >> 16);
 }

@@ -26,7 +26,7 @@ constexpr int64_t kDotRowBlockBytes = 256 * 1024;
 // y[row..row+MR) x columns [col, col + cols) of the NP panels at w.
 template <class Ops, int MR, int NP>
 inline void DotTile(const GemmParams& p, const DotRows& x, int64_t row, const int8_t* w,
-                     int64_t panel_bytes, int64_t steps, int64_t col, int64_t cols) {
+                    int64_t panel_bytes, int64_t steps, int64_t col, int64_t cols) {
   using VI = typename Ops::VI;
   using VF = typename Ops::VF;
   constexpr int kVecPerPanel = 16 / Ops::kLanes;
@@ -60,7 +60,9 @@ inline void DotTile(const GemmParams& p, const DotRows& x, int64_t row, const in
   const float* w_scales = p.w->scales.size() != 0 ? p.w->scales.data() + col : nullptr;
   const float* bias = p.bias != nullptr ? p.bias + col : nullptr;
   // Vector j's slice of a per-column array that may be absent.
-  auto Lanes = [](const auto* base, int j) { return base != nullptr ? base + j * Ops::kLanes : base; };
+  auto Lanes = [](const auto* base, int j) {
+    return base != nullptr ? base + j * Ops::kLanes : base;
+  };
 #pragma GCC unroll 32
   for (int r = 0; r < MR; ++r) {
     const float x_scale = x.scales != nullptr ? x.scales[row + r] : 0.0f;
@@ -89,8 +91,8 @@ inline void DotTile(const GemmParams& p, const DotRows& x, int64_t row, const in
 // DotTile<Ops, rows, NP> for a run-time rows in [1, R].
 template <class Ops, int NP, int R>
 inline void DotTailTile(int64_t rows, const GemmParams& p, const DotRows& x, int64_t row,
-                         const int8_t* w, int64_t panel_bytes, int64_t steps, int64_t col,
-                         int64_t cols) {
+                        const int8_t* w, int64_t panel_bytes, int64_t steps, int64_t col,
+                        int64_t cols) {
   if constexpr (R > 0) {
     if (rows == R) {
       DotTile<Ops, R, NP>(p, x, row, w, panel_bytes, steps, col, cols);
@@ -103,8 +105,8 @@ inline void DotTailTile(int64_t rows, const GemmParams& p, const DotRows& x, int
 // Rows [r0, r1) times the panels [pb, pe), NP at a time: each panel group's
 // codes stay in L1/L2 while every row tile of the block uses them.
 template <class Ops, int MR, int NP>
-inline void DotRowsTimesPanels(const GemmParams& p, const DotRows& x, int64_t r0,
-                                int64_t r1, int64_t pb, int64_t pe) {
+inline void DotRowsTimesPanels(const GemmParams& p, const DotRows& x, int64_t r0, int64_t r1,
+                               int64_t pb, int64_t pe) {
   const int64_t panel_bytes = x.ld * 16;
   const int64_t steps = x.ld / 4;
   int64_t panel = pb;
@@ -137,7 +139,7 @@ inline void DotRowsTimesPanels(const GemmParams& p, const DotRows& x, int64_t r0
 // Fewer than kMainRows rows: one tile of all of them, RemPanels(R) panels wide.
 template <class Ops, int R>
 inline void DotFewRows(const GemmParams& p, const DotRows& x, int64_t rows, int64_t pb,
-                        int64_t pe) {
+                       int64_t pe) {
   if constexpr (R > 0) {
     if (rows == R) {
       DotRowsTimesPanels<Ops, R, Ops::RemPanels(R)>(p, x, 0, R, pb, pe);

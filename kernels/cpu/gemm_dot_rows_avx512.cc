@@ -34,8 +34,8 @@ inline __m256i RoundBf16(__m512 v) {
   const __mmask16 nan = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
   const __mmask16 subnormal = _mm512_cmplt_epi32_mask(magnitude, _mm512_set1_epi32(0x00800000));
   rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
-  rounded = _mm512_mask_mov_epi32(rounded, subnormal,
-                                  _mm512_and_si512(high, _mm512_set1_epi32(0x8000)));
+  rounded =
+      _mm512_mask_mov_epi32(rounded, subnormal, _mm512_and_si512(high, _mm512_set1_epi32(0x8000)));
   return _mm512_cvtepi32_epi16(rounded);
 }
 
@@ -78,8 +78,8 @@ void QuantizeRowsW8A8Avx512(const float* x, int64_t ldx, int64_t m, int64_t k, b
     }
     if (kk < k) {
       const __mmask16 tail = FirstLanes(k - kk);
-      amax = _mm512_max_epi32(
-          amax, _mm512_and_si512(_mm512_maskz_loadu_epi32(tail, xr + kk), abs_mask));
+      amax = _mm512_max_epi32(amax,
+                              _mm512_and_si512(_mm512_maskz_loadu_epi32(tail, xr + kk), abs_mask));
     }
     const int32_t amax_bits = _mm512_reduce_max_epi32(amax);
     if (amax_bits >= 0x7f800000 || amax_bits == 0) {
@@ -104,7 +104,8 @@ void QuantizeRowsW8A8Avx512(const float* x, int64_t ldx, int64_t m, int64_t k, b
     if (kk < k) {
       const __mmask16 tail = FirstLanes(k - kk);
       alignas(16) int8_t last[16];
-      _mm_store_si128(reinterpret_cast<__m128i*>(last), quantize(_mm512_maskz_loadu_ps(tail, xr + kk)));
+      _mm_store_si128(reinterpret_cast<__m128i*>(last),
+                      quantize(_mm512_maskz_loadu_ps(tail, xr + kk)));
       std::memcpy(out + kk, last, static_cast<size_t>(k - kk));
     }
   }

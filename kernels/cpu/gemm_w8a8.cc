@@ -1,10 +1,10 @@
 // The scalar int8 x int8 product and the row quantizer (gemm_dot.h); the
 // vector bodies are in gemm_w8a8_avx2.cc and gemm_w8a8_avx512.cc.
-#include "kernels/cpu/gemm_dot.h"
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
+
+#include "kernels/cpu/gemm_dot.h"
 
 namespace kvserve::kernels::internal {
 namespace {

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/gemm_dot.h"
+#include "kernels/cpu/gemm_internal.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
@@ -36,7 +36,9 @@ struct Ops {
   };
   static constexpr int kLanes = 8;
   static VI Zero() { return _mm256_setzero_si256(); }
-  static VI LoadW(const int8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+  static VI LoadW(const int8_t* p) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+  }
   static X BroadcastX(const int8_t* p) {
     int32_t four;
     std::memcpy(&four, p, sizeof(four));

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/gemm_dot.h"
+#include "kernels/cpu/gemm_internal.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512vnni"))), apply_to = function)

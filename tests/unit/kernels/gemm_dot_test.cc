@@ -11,6 +11,8 @@
 //     gives the contract bit for bit; the weights from a bf16 checkpoint's
 //     bits equal those rounded from fp32; within bf16 rounding of the double
 //     product.
+#include "kernels/cpu/gemm_dot.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,7 +24,6 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/gemm_dot.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/unit/kernels/gemm_test_util.h"
@@ -88,7 +89,7 @@ TEST(GemmDotTest, W8A8EveryPathIsTheContractBitForBit) {
     const std::vector<float> bias = Random(n, rng);
     for (int64_t m : {1, 2, 3, 5, 6, 11, 12, 13, 25, 40}) {
       std::vector<float> x = Random(m * k, rng);
-      for (int64_t kk = 0; kk < k; ++kk) x[kk] *= 100.0f;  // a row of another magnitude
+      for (int64_t kk = 0; kk < k; ++kk) x[kk] *= 100.0f;            // a row of another magnitude
       if (m > 2) std::fill(x.begin() + k, x.begin() + 2 * k, 0.0f);  // an all-zero row
       for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
         const std::vector<float> want = Reference(w, n, k, x, m, b);
@@ -145,14 +146,12 @@ TEST(GemmDotTest, W8A8VectorQuantizerMatchesScalarByteForByte) {
   }
 }
 
-// Within the rounding of both quantizations of the exact product: each
-// product's error is at most |x| * w_scale / 2 + |w| * x_scale / 2 (+ their
-// product), so the sum's is bounded by a few hundredths of sum |x * w|.
-TEST(GemmDotTest, W8A8CloseToTheDoubleProduct) {
-  std::mt19937 rng(24);
+// y of `format` within rel * sum_k |x * w| (+ abs) of the double product.
+void ExpectNearDoubleProduct(WeightFormat format, uint32_t seed, double rel, double abs) {
+  std::mt19937 rng(seed);
   const int64_t n = 48, k = 333, m = 9;
   const std::vector<float> w = Random(n * k, rng), x = Random(m * k, rng);
-  const PackedMatrix p = PackWeights(w.data(), n, k, WeightFormat::kW8A8);
+  const PackedMatrix p = PackWeights(w.data(), n, k, format);
   const std::vector<float> y = RunGemm(p, x, m, nullptr, ActiveIsa(), nullptr);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t c = 0; c < n; ++c) {
@@ -161,9 +160,16 @@ TEST(GemmDotTest, W8A8CloseToTheDoubleProduct) {
         ref += static_cast<double>(x[r * k + kk]) * w[c * k + kk];
         mag += std::fabs(static_cast<double>(x[r * k + kk]) * w[c * k + kk]);
       }
-      ASSERT_NEAR(y[r * n + c], ref, 0.02 * mag) << r << " " << c;
+      ASSERT_NEAR(y[r * n + c], ref, rel * mag + abs) << r << " " << c;
     }
   }
+}
+
+// Within the rounding of both quantizations of the exact product: each
+// product's error is at most |x| * w_scale / 2 + |w| * x_scale / 2 (+ their
+// product), so the sum's is bounded by a few hundredths of sum |x * w|.
+TEST(GemmDotTest, W8A8CloseToTheDoubleProduct) {
+  ExpectNearDoubleProduct(WeightFormat::kW8A8, 24, 0.02, 0.0);
 }
 
 TEST(GemmDotTest, W8A8ReadRowIsTheInt8FormatsRow) {
@@ -196,9 +202,8 @@ std::vector<float> Bf16DotReference(const std::vector<float>& w, int64_t n, int6
       volatile float acc = 0.0f;  // in order (see gemm_bf16dot.cc)
       for (int64_t kk = 0; kk < k; kk += 2) {
         // The odd element first; past k, x and w are zero.
-        const float odd = kk + 1 < k ? Bf16Reference(x[r * k + kk + 1]) *
-                                           Bf16Reference(w[c * k + kk + 1])
-                                     : 0.0f;
+        const float odd =
+            kk + 1 < k ? Bf16Reference(x[r * k + kk + 1]) * Bf16Reference(w[c * k + kk + 1]) : 0.0f;
         acc = acc + odd;
         acc = acc + Bf16Reference(x[r * k + kk]) * Bf16Reference(w[c * k + kk]);
       }
@@ -226,9 +231,8 @@ TEST(GemmDotTest, Bf16EveryPathIsTheContractBitForBit) {
         for (CpuIsa isa : AvailableIsas()) {
           for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
             const std::vector<float> got = RunGemm(p, x, m, b, isa, threads);
-            ASSERT_TRUE(SameBits(got, want))
-                << IsaName(isa) << " k=" << k << " n=" << n << " m=" << m
-                << " avx512bf16=" << HasAvx512Bf16();
+            ASSERT_TRUE(SameBits(got, want)) << IsaName(isa) << " k=" << k << " n=" << n
+                                             << " m=" << m << " avx512bf16=" << HasAvx512Bf16();
           }
         }
       }
@@ -275,25 +279,10 @@ TEST(GemmDotTest, Bf16VectorRoundingMatchesScalar) {
   }
 }
 
+// Each factor within 2^-9 relative: each product within ~2^-8.
 TEST(GemmDotTest, Bf16CloseToTheDoubleProduct) {
-  std::mt19937 rng(34);
-  const int64_t n = 40, k = 301, m = 7;
-  const std::vector<float> w = Random(n * k, rng), x = Random(m * k, rng);
-  const PackedMatrix p = PackWeights(w.data(), n, k, WeightFormat::kBF16Dot);
-  const std::vector<float> y = RunGemm(p, x, m, nullptr, ActiveIsa(), nullptr);
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t c = 0; c < n; ++c) {
-      double ref = 0.0, mag = 0.0;
-      for (int64_t kk = 0; kk < k; ++kk) {
-        ref += static_cast<double>(x[r * k + kk]) * w[c * k + kk];
-        mag += std::fabs(static_cast<double>(x[r * k + kk]) * w[c * k + kk]);
-      }
-      // Each factor within 2^-9 relative: each product within ~2^-8.
-      ASSERT_NEAR(y[r * n + c], ref, 0x1p-8 * mag + 1e-6) << r << " " << c;
-    }
-  }
+  ExpectNearDoubleProduct(WeightFormat::kBF16Dot, 34, 0x1p-8, 1e-6);
 }
 
 }  // namespace
 }  // namespace kvserve::kernels
-

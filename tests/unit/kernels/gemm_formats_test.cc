@@ -181,9 +181,8 @@ TEST(GemmFormatsTest, RowsAreBitIdenticalAcrossBatchesAndThreads) {
   std::mt19937 rng(13);
   const int64_t n = 200, k = 300, m = 41;
   const std::vector<float> w = Random(n * k, rng), bias = Random(n, rng), x = Random(m * k, rng);
-  for (WeightFormat format :
-       {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8, WeightFormat::kW8A8,
-        WeightFormat::kBF16Dot}) {
+  for (WeightFormat format : {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8,
+                              WeightFormat::kW8A8, WeightFormat::kBF16Dot}) {
     const PackedMatrix p = PackWeights(w.data(), n, k, format);
     for (CpuIsa isa : AvailableIsas()) {
       const std::vector<float> all = RunGemm(p, x, m, bias.data(), isa, &three);
