@@ -54,20 +54,16 @@ int64_t WeightFormatBytes(WeightFormat format) {
 void PackedMatrix::ReadRow(int64_t row, float* out) const {
   if (format == WeightFormat::kW8A8) {
     const int64_t depth = internal::W8A8Depth(k);
-    const int8_t* panel = As<int8_t>() + (row / kGemmPanelWidth) * depth * kGemmPanelWidth;
-    const int64_t j = row % kGemmPanelWidth;
     for (int64_t kk = 0; kk < k; ++kk) {
-      const int8_t code = panel[(kk / 4) * 4 * kGemmPanelWidth + j * 4 + kk % 4];
+      const int8_t code = As<int8_t>()[internal::DotElementIndex(row, kk, depth, 4)];
       out[kk] = static_cast<float>(code) * scales[row];
     }
     return;
   }
   if (format == WeightFormat::kBF16Dot) {
     const int64_t depth = internal::Bf16DotDepth(k);
-    const uint16_t* panel = As<uint16_t>() + (row / kGemmPanelWidth) * depth * kGemmPanelWidth;
-    const int64_t j = row % kGemmPanelWidth;
     for (int64_t kk = 0; kk < k; ++kk) {
-      out[kk] = BF16ToF32(panel[(kk / 2) * 2 * kGemmPanelWidth + j * 2 + kk % 2]);
+      out[kk] = BF16ToF32(As<uint16_t>()[internal::DotElementIndex(row, kk, depth, 2)]);
     }
     return;
   }
@@ -130,22 +126,22 @@ void PackInto(PackedMatrix& packed, RowFn&& element) {
   }
 }
 
-// kBF16Dot: dst[panel][kk / 2][j][kk % 2] = bf16(row j of the panel, kk).
-template <class RowFn>
-void PackBf16Pairs(PackedMatrix& packed, RowFn&& element) {
-  uint16_t* out = reinterpret_cast<uint16_t*>(packed.data.data());
-  const int64_t n = packed.n, k = packed.k, depth = internal::Bf16DotDepth(k);
-  for (int64_t row = 0; row < n; ++row) {
-    uint16_t* dst =
-        out + (row / kGemmPanelWidth) * depth * kGemmPanelWidth + (row % kGemmPanelWidth) * 2;
-    for (int64_t kk = 0; kk < k; ++kk)
-      dst[(kk / 2) * 2 * kGemmPanelWidth + kk % 2] = element(row, kk);
+// The dot formats (gemm_dot.h): DotElementIndex(row, kk) = element(row, kk).
+template <class T, class RowFn>
+void PackDotSteps(PackedMatrix& packed, int64_t depth, RowFn&& element) {
+  T* out = reinterpret_cast<T*>(packed.data.data());
+  const int64_t per_step = 4 / static_cast<int64_t>(sizeof(T));
+  for (int64_t row = 0; row < packed.n; ++row) {
+    for (int64_t kk = 0; kk < packed.k; ++kk) {
+      out[internal::DotElementIndex(row, kk, depth, per_step)] = element(row, kk);
+    }
   }
 }
 
 // Symmetric per output channel: scale = max|row| / 127, so the largest
-// weight of each row maps to +-127; an all-zero row gets scale 0.
-void PackInt8(const float* w, PackedMatrix& packed) {
+// weight of each row maps to +-127; an all-zero row gets scale 0. Fills
+// packed.scales; returns the code of (row, kk).
+auto Int8Codes(const float* w, PackedMatrix& packed) {
   const int64_t n = packed.n, k = packed.k;
   float* scales = packed.scales.data();
   for (int64_t row = 0; row < n; ++row) {
@@ -153,11 +149,11 @@ void PackInt8(const float* w, PackedMatrix& packed) {
     for (int64_t kk = 0; kk < k; ++kk) max_abs = std::max(max_abs, std::fabs(w[row * k + kk]));
     scales[row] = max_abs / 127.0f;
   }
-  PackInto<int8_t>(packed, [&](int64_t row, int64_t kk) {
+  return [w, k, scales](int64_t row, int64_t kk) {
     if (scales[row] == 0.0f) return int8_t{0};
     const float q = std::nearbyint(w[row * k + kk] / scales[row]);
     return static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
-  });
+  };
 }
 
 }  // namespace
@@ -178,31 +174,22 @@ PackedMatrix PackWeights(const float* w, int64_t n, int64_t k, WeightFormat form
                          [&](int64_t row, int64_t kk) { return FloatToHalf(w[row * k + kk]); });
       break;
     case WeightFormat::kInt8:
-      PackInt8(w, packed);
+      PackInto<int8_t>(packed, Int8Codes(w, packed));
       break;
     case WeightFormat::kBF16Dot:
-      PackBf16Pairs(packed, [&](int64_t row, int64_t kk) {
+      PackDotSteps<uint16_t>(packed, internal::Bf16DotDepth(k), [&](int64_t row, int64_t kk) {
         return internal::RoundToBf16FlushSubnormal(w[row * k + kk]);
       });
       break;
     case WeightFormat::kW8A8: {
-      // The int8 codes, then moved into VNNI order with their column sums.
-      PackedMatrix plain = Allocate(n, k, WeightFormat::kInt8);
-      PackInt8(w, plain);
-      std::memcpy(packed.scales.data(), plain.scales.data(), plain.scales.size() * sizeof(float));
-      const int64_t depth = internal::W8A8Depth(k);
-      int8_t* out = reinterpret_cast<int8_t*>(packed.data.data());
+      // int8's codes in VNNI order, and each row's code sum.
+      const auto code = Int8Codes(w, packed);
       auto* sums = reinterpret_cast<int32_t*>(packed.code_sums.data());
-      for (int64_t row = 0; row < n; ++row) {
-        const int64_t panel = row / kGemmPanelWidth, j = row % kGemmPanelWidth;
-        const int8_t* src = plain.As<int8_t>() + panel * k * kGemmPanelWidth + j;
-        int8_t* dst = out + panel * depth * kGemmPanelWidth + j * 4;
-        for (int64_t kk = 0; kk < k; ++kk) {
-          const int8_t code = src[kk * kGemmPanelWidth];
-          dst[(kk / 4) * 4 * kGemmPanelWidth + kk % 4] = code;
-          sums[row] += code;
-        }
-      }
+      PackDotSteps<int8_t>(packed, internal::W8A8Depth(k), [&](int64_t row, int64_t kk) {
+        const int8_t c = code(row, kk);
+        sums[row] += c;
+        return c;
+      });
       break;
     }
   }
@@ -219,7 +206,7 @@ PackedMatrix PackWeights16(const void* w, int64_t n, int64_t k, WeightFormat for
     return h;
   };
   if (format == WeightFormat::kBF16Dot) {
-    PackBf16Pairs(packed, [&](int64_t row, int64_t kk) {
+    PackDotSteps<uint16_t>(packed, internal::Bf16DotDepth(k), [&](int64_t row, int64_t kk) {
       const uint16_t h = element(row, kk);
       return (h & 0x7f80) == 0 ? static_cast<uint16_t>(h & 0x8000) : h;  // subnormal: signed 0
     });

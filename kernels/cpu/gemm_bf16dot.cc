@@ -33,7 +33,6 @@ void GemmBf16DotPanelsScalar(const GemmParams& p, const DotRows& x, int64_t pane
   const PackedMatrix& w = *p.w;
   const int64_t depth = Bf16DotDepth(w.k);
   for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-    const uint16_t* wp = w.As<uint16_t>() + panel * depth * kGemmPanelWidth;
     const int64_t col0 = panel * kGemmPanelWidth;
     const int64_t cols = std::min(kGemmPanelWidth, w.n - col0);
     for (int64_t row = 0; row < p.m; ++row) {
@@ -44,10 +43,10 @@ void GemmBf16DotPanelsScalar(const GemmParams& p, const DotRows& x, int64_t pane
         // two additions per step (seen: wrong sums, even with
         // -ffp-contract=off); a volatile accumulator keeps them in order.
         volatile float acc = 0.0f;
-        for (int64_t step = 0; step < depth / 2; ++step) {
-          const uint16_t* wj = wp + (step * kGemmPanelWidth + j) * 2;
-          acc = acc + BF16ToF32(xr[2 * step + 1]) * BF16ToF32(wj[1]);  // odd first
-          acc = acc + BF16ToF32(xr[2 * step]) * BF16ToF32(wj[0]);
+        for (int64_t kk = 0; kk < depth; kk += 2) {
+          const uint16_t* wj = w.As<uint16_t>() + DotElementIndex(col0 + j, kk, depth, 2);
+          acc = acc + BF16ToF32(xr[kk + 1]) * BF16ToF32(wj[1]);  // odd first
+          acc = acc + BF16ToF32(xr[kk]) * BF16ToF32(wj[0]);
         }
         y[j] = p.bias != nullptr ? acc + p.bias[col0 + j] : acc;
       }

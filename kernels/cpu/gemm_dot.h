@@ -49,6 +49,15 @@ struct DotRows {
 inline int64_t W8A8Depth(int64_t k) { return (k + 3) / 4 * 4; }
 inline int64_t Bf16DotDepth(int64_t k) { return (k + 1) / 2 * 2; }
 
+// Where W[row][kk] lies in a dot format's packed elements:
+// packed[panel][kk / per_step][j][kk % per_step], per_step elements (4 int8
+// or 2 bf16) filling each column's 4-byte step; depth is k rounded as above.
+inline int64_t DotElementIndex(int64_t row, int64_t kk, int64_t depth, int64_t per_step) {
+  return (row / kGemmPanelWidth) * depth * kGemmPanelWidth +
+         (kk / per_step) * per_step * kGemmPanelWidth + (row % kGemmPanelWidth) * per_step +
+         kk % per_step;
+}
+
 // kW8A8: quantizes rows [0, m) of x as above into codes [m, W8A8Depth(k)]
 // and scales [m]; shifted stores code + 128 as a byte. The Avx512 one is the
 // same, byte for byte.

@@ -64,7 +64,6 @@ void GemmW8A8PanelsScalar(const GemmParams& p, const DotRows& x, int64_t panel_b
   const int64_t depth = W8A8Depth(w.k);
   const auto* sums = reinterpret_cast<const int32_t*>(w.code_sums.data());
   for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-    const int8_t* wp = w.As<int8_t>() + panel * depth * kGemmPanelWidth;
     const int64_t col0 = panel * kGemmPanelWidth;
     const int64_t cols = std::min(kGemmPanelWidth, w.n - col0);
     for (int64_t row = 0; row < p.m; ++row) {
@@ -74,7 +73,7 @@ void GemmW8A8PanelsScalar(const GemmParams& p, const DotRows& x, int64_t panel_b
         int32_t dot = 0;
         for (int64_t kk = 0; kk < depth; ++kk) {
           const int32_t code = x.shifted ? static_cast<uint8_t>(xr[kk]) : xr[kk];
-          dot += code * wp[(kk / 4) * 4 * kGemmPanelWidth + j * 4 + kk % 4];
+          dot += code * w.As<int8_t>()[DotElementIndex(col0 + j, kk, depth, 4)];
         }
         if (x.shifted) dot -= 128 * sums[col0 + j];
         const float v = static_cast<float>(dot) * (x.scales[row] * w.scales[col0 + j]);
