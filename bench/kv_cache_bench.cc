@@ -3,7 +3,10 @@
 // time against the fp32 cache in the same run, and bytes of K/V read per
 // second (data and scales) against the copy bandwidth measured in the same
 // run (target >= 60%).
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -23,7 +26,7 @@ struct Result {
   double bytes;  // K and V read: data + scales
 };
 
-Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool) {
+Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
   const int blocks_per_seq = kCtx / kBlock;
   engine::KvCache cache({.num_layers = 1,
                          .num_blocks = int64_t{kSeqs} * blocks_per_seq,
@@ -83,12 +86,20 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool) {
                                         .block_table_start = starts.data(),
                                         .block_ids = ids.data(),
                                         .scale = 0.125f};
-  const double t = BestTime(5, [&] { kernels::PagedAttention(p, pool); });
+  const double t = BestTime(reps, [&] { kernels::PagedAttention(p, pool); });
   const double bytes = 2.0 * kSeqs * kCtx * kKvHeads * cache.shape().bytes_per_row();
   return {t, bytes};
 }
 
-int Main() {
+// Flags: --reps=N (best of N calls, default 5), --formats=a,b (default all).
+int Main(int argc, char** argv) {
+  int reps = 5;
+  std::string formats;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(arg.c_str() + 7));
+    if (arg.rfind("--formats=", 0) == 0) formats = "," + arg.substr(10) + ",";
+  }
   kernels::ThreadPool& pool = kernels::ThreadPool::Default();
   const int threads = pool.num_threads();
   const double copy = CopyBytesPerSecond(threads, size_t{512} << 20);
@@ -99,10 +110,13 @@ int Main() {
   std::printf("%-10s %10s %10s %12s %10s\n", "format", "ms", "vs fp32", "GB/s read", "of copy");
   double fp32_time = 0;
   for (engine::KvCacheDtype d : kernels::kAllKvDtypes) {
-    const Result r = Run(d, &pool);
+    const std::string name = engine::KvCacheDtypeName(d);
+    if (!formats.empty() && formats.find("," + name + ",") == std::string::npos) continue;
+    const Result r = Run(d, &pool, reps);
     if (d == engine::KvCacheDtype::kFloat32) fp32_time = r.seconds;
-    std::printf("%-10s %10.3f %9.2fx %12.2f %9.1f%%\n", engine::KvCacheDtypeName(d).c_str(),
-                1e3 * r.seconds, fp32_time / r.seconds, r.bytes / r.seconds / 1e9,
+    // "vs fp32" is 0 when --formats left fp32 (auto) out.
+    std::printf("%-10s %10.3f %9.2fx %12.2f %9.1f%%\n", name.c_str(), 1e3 * r.seconds,
+                fp32_time / r.seconds, r.bytes / r.seconds / 1e9,
                 100 * r.bytes / r.seconds / copy);
   }
   return 0;
@@ -111,4 +125,4 @@ int Main() {
 }  // namespace
 }  // namespace kvserve::bench
 
-int main() { return kvserve::bench::Main(); }
+int main(int argc, char** argv) { return kvserve::bench::Main(argc, argv); }

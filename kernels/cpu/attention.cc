@@ -8,20 +8,48 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/attention_internal.h"
 #include "kernels/cpu/avx2_math.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace kvserve::kernels {
 namespace {
 
+using internal::HeadPass;
+using internal::kMaxHeadsPerPass;
 constexpr int kTile = kAttentionKeyTile;
-// Query heads of one kv head handled in one pass, so a key tile loaded for the
-// first head is still in L1 for the others. Each head's arithmetic is the
-// same whatever the grouping.
-constexpr int kMaxHeadsPerPass = 8;
 
-// ---- Per-tile primitives. Each ISA implements the same three, each with a
-// fixed operation order of its own. ----
+// One key tile for every head of the pass, head after head, with an ISA's
+// three per-head primitives (Scores, Softmax, Accumulate).
+template <class Ops>
+void AttendTilePerHead(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
+                       const float* const* vals, int n) {
+  alignas(32) float s[kTile];
+  for (int g = 0; g < pass.count; ++g) {
+    Ops::Scores(pass.q[g], keys, n, p.head_dim, p.scale, s);
+    if (p.softcap > 0.0f) {
+      for (int j = 0; j < n; ++j) s[j] = std::tanh(s[j] / p.softcap) * p.softcap;
+    }
+    float corr;
+    const float sum = Ops::Softmax(s, n, &pass.m[g], &corr);
+    pass.l[g] = pass.l[g] * corr + sum;
+    Ops::Accumulate(pass.out[g], corr, s, vals, n, p.head_dim);
+  }
+}
+
+// Decodes `rows` rows stored back to back with a one-row decoder.
+template <typename DecodeRow>
+void DecodeRowByRow(DecodeRow decode, KvDtype dtype, const uint8_t* src, const float* scales,
+                    int rows, int dim, float* dst) {
+  const int64_t row_bytes = KvRowBytes(dtype, dim);
+  for (int r = 0; r < rows; ++r) {
+    decode(dtype, src + r * row_bytes, scales != nullptr ? scales[r] : 1.0f, dim,
+           dst + static_cast<int64_t>(r) * dim);
+  }
+}
+
+// ---- Per-tile primitives of the scalar and AVX2 paths. Each ISA implements
+// the same three, each with a fixed operation order of its own. ----
 
 struct ScalarOps {
   // s[j] = dot(q, keys[j]) * scale
@@ -55,8 +83,13 @@ struct ScalarOps {
       for (int d = 0; d < dim; ++d) out[d] += wj * v[d];
     }
   }
-  static void Decode(KvDtype dtype, const uint8_t* src, float scale, int dim, float* dst) {
-    DequantizeKvRow(dtype, src, scale, dim, dst);
+  static void DecodeRows(KvDtype dtype, const uint8_t* src, const float* scales, int rows, int dim,
+                         float* dst) {
+    DecodeRowByRow(DequantizeKvRow, dtype, src, scales, rows, dim, dst);
+  }
+  static void Tile(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
+                   const float* const* vals, int n) {
+    AttendTilePerHead<ScalarOps>(p, pass, keys, vals, n);
   }
 };
 
@@ -173,8 +206,26 @@ struct Avx2Ops {
                          int dim) {
     AccumulateAvx2(out, corr, w, vals, n, dim);
   }
-  static void Decode(KvDtype dtype, const uint8_t* src, float scale, int dim, float* dst) {
-    DequantizeKvRowAvx2(dtype, src, scale, dim, dst);
+  static void DecodeRows(KvDtype dtype, const uint8_t* src, const float* scales, int rows, int dim,
+                         float* dst) {
+    DecodeRowByRow(DequantizeKvRowAvx2, dtype, src, scales, rows, dim, dst);
+  }
+  static void Tile(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
+                   const float* const* vals, int n) {
+    AttendTilePerHead<Avx2Ops>(p, pass, keys, vals, n);
+  }
+};
+
+// AVX-512F (head_dim a multiple of 16): all heads of the pass per key row
+// (attention_avx512.cc); rows decode 16 values at a time.
+struct Avx512Ops {
+  static void DecodeRows(KvDtype dtype, const uint8_t* src, const float* scales, int rows, int dim,
+                         float* dst) {
+    DequantizeKvRowsAvx512(dtype, src, scales, rows, dim, dst);
+  }
+  static void Tile(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
+                   const float* const* vals, int n) {
+    internal::AttendTileAvx512(p, pass, keys, vals, n);
   }
 };
 
@@ -203,34 +254,38 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
   const int lo = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
   const int32_t* blocks = p.block_ids + p.block_table_start[p.token_seq[t]];
 
-  float m[kMaxHeadsPerPass], l[kMaxHeadsPerPass];
+  HeadPass pass;
+  pass.count = count;
   for (int g = 0; g < count; ++g) {
-    m[g] = -std::numeric_limits<float>::infinity();
-    l[g] = 0.0f;
-    std::memset(p.out + (static_cast<int64_t>(t) * p.num_heads + head + g) * dim, 0,
-                sizeof(float) * dim);
+    pass.q[g] = p.q + static_cast<int64_t>(t) * p.q_stride + static_cast<int64_t>(head + g) * dim;
+    pass.out[g] = p.out + (static_cast<int64_t>(t) * p.num_heads + head + g) * dim;
+    pass.m[g] = -std::numeric_limits<float>::infinity();
+    pass.l[g] = 0.0f;
+    std::memset(pass.out[g], 0, sizeof(float) * dim);
   }
 
-  // Walks keys lo..pos in order, yielding each key's row in the cache.
+  // Walks keys lo..pos in order. Keys of one block are consecutive rows of
+  // the cache (engine/kv_cache.h), so they are taken in runs up to the
+  // block's end.
   struct Cursor {
     const PagedAttentionParams& p;
     const int32_t* blocks;
     int kv_head, block, offset;
-    int64_t Next() {
-      const int64_t row =
-          (static_cast<int64_t>(blocks[block]) * p.num_kv_heads + kv_head) * p.block_size + offset;
-      if (++offset == p.block_size) {
-        offset = 0;
-        ++block;
-      }
-      return row;
+    int64_t Row() const {
+      return (static_cast<int64_t>(blocks[block]) * p.num_kv_heads + kv_head) * p.block_size +
+             offset;
+    }
+    int RowsLeftInBlock() const { return p.block_size - offset; }
+    void Advance(int rows) {
+      offset += rows;
+      block += offset / p.block_size;
+      offset %= p.block_size;
     }
   };
   Cursor cursor{p, blocks, kv_head, lo / bs, lo % bs};
 
   const float* keys[kTile];
   const float* vals[kTile];
-  alignas(32) float s[kTile];
   // Packed formats: rows decoded into this thread's scratch tile.
   const bool packed = p.kv_dtype != KvDtype::kFloat32;
   const int64_t row_bytes = KvRowBytes(p.kv_dtype, dim);
@@ -240,50 +295,54 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
   for (int tile = lo / kTile * kTile; tile <= pos; tile += kTile) {
     const int j0 = std::max(lo, tile);
     const int n = std::min(pos + 1, tile + kTile) - j0;
-    for (int i = 0; i < n; ++i) {
-      const int64_t row = cursor.Next();
-      if (!packed) {
-        keys[i] = p.k_cache + row * dim;
-        vals[i] = p.v_cache + row * dim;
-        continue;
+    for (int i = 0; i < n;) {
+      const int64_t row = cursor.Row();
+      const int run = std::min(n - i, cursor.RowsLeftInBlock());
+      if (packed) {
+        float* kd = scratch + static_cast<int64_t>(i) * dim;
+        float* vd = scratch + static_cast<int64_t>(kTile + i) * dim;
+        const float* ks = p.k_scales != nullptr ? p.k_scales + row : nullptr;
+        const float* vs = p.v_scales != nullptr ? p.v_scales + row : nullptr;
+        Ops::DecodeRows(p.kv_dtype, k_bytes + row * row_bytes, ks, run, dim, kd);
+        Ops::DecodeRows(p.kv_dtype, v_bytes + row * row_bytes, vs, run, dim, vd);
+        for (int r = 0; r < run; ++r) {
+          keys[i + r] = kd + static_cast<int64_t>(r) * dim;
+          vals[i + r] = vd + static_cast<int64_t>(r) * dim;
+        }
+      } else {
+        for (int r = 0; r < run; ++r) {
+          keys[i + r] = p.k_cache + (row + r) * dim;
+          vals[i + r] = p.v_cache + (row + r) * dim;
+        }
       }
-      float* kd = scratch + static_cast<int64_t>(i) * dim;
-      float* vd = scratch + static_cast<int64_t>(kTile + i) * dim;
-      const float ks = p.k_scales != nullptr ? p.k_scales[row] : 1.0f;
-      const float vs = p.v_scales != nullptr ? p.v_scales[row] : 1.0f;
-      Ops::Decode(p.kv_dtype, k_bytes + row * row_bytes, ks, dim, kd);
-      Ops::Decode(p.kv_dtype, v_bytes + row * row_bytes, vs, dim, vd);
-      keys[i] = kd;
-      vals[i] = vd;
+      cursor.Advance(run);
+      i += run;
     }
     // The next tile's rows (all attended) sit in scattered blocks that the
-    // hardware prefetcher does not follow; ask for them while this tile runs.
+    // hardware prefetcher does not follow; ask for them while this tile runs,
+    // a block's run of rows (and of scales) at a time.
     Cursor ahead = cursor;
-    for (int j = tile + kTile; j < std::min(pos + 1, tile + 2 * kTile); ++j) {
-      const int64_t offset = ahead.Next() * row_bytes;
-      for (int64_t b = 0; b < row_bytes; b += 64) {
-        __builtin_prefetch(k_bytes + offset + b);
-        __builtin_prefetch(v_bytes + offset + b);
+    for (int i = 0, next = std::min(pos + 1, tile + 2 * kTile) - (tile + kTile); i < next;) {
+      const int64_t row = ahead.Row();
+      const int run = std::min(next - i, ahead.RowsLeftInBlock());
+      for (int64_t b = row * row_bytes / 64 * 64; b < (row + run) * row_bytes; b += 64) {
+        __builtin_prefetch(k_bytes + b);
+        __builtin_prefetch(v_bytes + b);
       }
-    }
-    for (int g = 0; g < count; ++g) {
-      const float* q =
-          p.q + static_cast<int64_t>(t) * p.q_stride + static_cast<int64_t>(head + g) * dim;
-      float* out = p.out + (static_cast<int64_t>(t) * p.num_heads + head + g) * dim;
-      Ops::Scores(q, keys, n, dim, p.scale, s);
-      if (p.softcap > 0.0f) {
-        for (int j = 0; j < n; ++j) s[j] = std::tanh(s[j] / p.softcap) * p.softcap;
+      if (p.k_scales != nullptr) {
+        for (int64_t r = row / 16 * 16; r < row + run; r += 16) {
+          __builtin_prefetch(p.k_scales + r);
+          __builtin_prefetch(p.v_scales + r);
+        }
       }
-      float corr;
-      const float sum = Ops::Softmax(s, n, &m[g], &corr);
-      l[g] = l[g] * corr + sum;
-      Ops::Accumulate(out, corr, s, vals, n, dim);
+      ahead.Advance(run);
+      i += run;
     }
+    Ops::Tile(p, pass, keys, vals, n);
   }
   for (int g = 0; g < count; ++g) {
-    float* out = p.out + (static_cast<int64_t>(t) * p.num_heads + head + g) * dim;
-    const float inv = 1.0f / l[g];
-    for (int d = 0; d < dim; ++d) out[d] *= inv;
+    const float inv = 1.0f / pass.l[g];
+    for (int d = 0; d < dim; ++d) pass.out[g][d] *= inv;
   }
 }
 
@@ -308,7 +367,9 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool) {
   const int64_t items = static_cast<int64_t>(p.num_tokens) * p.num_heads;
   if (items <= 0) return;
   auto body = [&](int64_t b, int64_t e) {
-    if (isa >= CpuIsa::kAvx2) {
+    if (isa >= CpuIsa::kAvx512 && internal::Avx512AttentionSupports(p.head_dim)) {
+      AttendItems<Avx512Ops>(p, b, e);
+    } else if (isa >= CpuIsa::kAvx2) {
       AttendItems<Avx2Ops>(p, b, e);
     } else {
       AttendItems<ScalarOps>(p, b, e);

@@ -57,9 +57,10 @@ struct PagedAttentionParams {
 
 // Runs on ActiveIsa(); pool == nullptr runs on the calling thread alone.
 // Results are bit-identical across batch composition, chunking and thread
-// count for a given ISA path; the AVX2 path (vectorised exp, 8-lane dot
-// products) and the scalar path differ in the last bits. There is no AVX-512
-// body: kAvx512 runs the AVX2 one.
+// count for a given ISA path; the paths differ from each other in the last
+// bits. Scalar and AVX2 (vectorised exp, 8-lane dot products) attend head
+// after head; AVX-512 (head_dim a multiple of 16, else the AVX2 path) attends
+// all query heads of a kv head per key row, 16-lane dot products.
 //
 // Other formats than fp32: each key tile's rows are decoded into a
 // per-thread fp32 tile (2 x 32 rows) and attended as fp32 rows are; a row

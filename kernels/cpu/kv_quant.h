@@ -59,6 +59,11 @@ void DequantizeKvRow(KvDtype dtype, const uint8_t* src, float scale, int dim, fl
 // The same with AVX2 (8 values at a time); bit-identical to DequantizeKvRow
 // (every decode is an exact conversion and one fp32 product). Needs AVX2.
 void DequantizeKvRowAvx2(KvDtype dtype, const uint8_t* src, float scale, int dim, float* dst);
+// `rows` rows stored back to back (KvRowBytes apart) into dst (dim floats
+// apart), row r with scale scales[r] (nullptr: 1), 16 values at a time with
+// AVX-512F; bit-identical to DequantizeKvRow. Needs dim % 16 == 0.
+void DequantizeKvRowsAvx512(KvDtype dtype, const uint8_t* src, const float* scales, int rows,
+                            int dim, float* dst);
 
 // Scalar codecs, exposed for tests.
 uint16_t FloatToBf16(float x);

@@ -259,6 +259,7 @@ Outputs Chunked(World& w, const Config& cfg, ThreadPool* pool) {
 std::vector<CpuIsa> AvailableIsas() {
   std::vector<CpuIsa> isas = {CpuIsa::kScalar};
   if (DetectedIsa() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  if (DetectedIsa() >= CpuIsa::kAvx512) isas.push_back(CpuIsa::kAvx512);
   return isas;
 }
 
@@ -328,6 +329,24 @@ TEST(PagedAttentionTest, MhaWideHeads) {
   CheckConfig(cfg, 13);
 }
 
+// The AVX-512 path's shapes: head_dim in 16-lane vectors (3, 5, 16: its
+// 4-vector blocks and their remainders) and query groups of 7 and 5 (its
+// 4-head blocks and their remainders), which the work split also cuts.
+TEST(PagedAttentionTest, Avx512VectorAndGroupShapes) {
+  struct Shape {
+    int heads, kv_heads, dim;
+  };
+  for (const Shape& s : {Shape{14, 2, 48}, Shape{6, 2, 80}, Shape{5, 1, 256}}) {
+    Config cfg;
+    cfg.num_heads = s.heads;
+    cfg.num_kv_heads = s.kv_heads;
+    cfg.head_dim = s.dim;
+    cfg.block_size = 16;
+    cfg.lens = {54, 97, 17};
+    CheckConfig(cfg, 29 + s.dim);
+  }
+}
+
 TEST(PagedAttentionTest, SlidingWindow) {
   for (int window : {1, 20, 33, 500}) {
     Config cfg;
@@ -344,7 +363,7 @@ TEST(PagedAttentionTest, SoftcapAndScale) {
   for (int window : {0, 24}) {
     Config cfg;
     cfg.block_size = 8;
-    cfg.head_dim = 24;
+    cfg.head_dim = window == 0 ? 32 : 24;  // 32: the AVX-512 path too
     cfg.sliding_window = window;
     cfg.softcap = 2.0f;
     cfg.scale = 0.35;  // large scores, so the cap bites

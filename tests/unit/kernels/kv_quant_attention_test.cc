@@ -243,6 +243,7 @@ class Paged {
 std::vector<CpuIsa> Isas() {
   std::vector<CpuIsa> isas = {CpuIsa::kScalar};
   if (DetectedIsa() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  if (DetectedIsa() >= CpuIsa::kAvx512) isas.push_back(CpuIsa::kAvx512);
   return isas;
 }
 
@@ -254,7 +255,9 @@ class KvQuantAttentionTest : public ::testing::TestWithParam<KvDtype> {};
 // step (decode) is bit-identical to all at once (prefill).
 TEST_P(KvQuantAttentionTest, ShortContextsMatchReference) {
   ThreadPool two(2);
-  for (const Case& c : {Case{6, 2, 37, 16, {1, 54, 97}}, Case{4, 1, 20, 8, {97, 1, 54}}}) {
+  // Dims 37 and 20 take the AVX-512 path's fallback; 64 and 48 the path.
+  for (const Case& c : {Case{6, 2, 37, 16, {1, 54, 97}}, Case{4, 1, 20, 8, {97, 1, 54}},
+                        Case{9, 3, 64, 16, {54, 1, 97}}, Case{7, 1, 48, 8, {97, 54}}}) {
     for (CpuIsa isa : Isas()) {
       SCOPED_TRACE(std::string(IsaName(isa)) + " dim " + std::to_string(c.dim));
       ScopedIsaOverride force(isa);

@@ -1,0 +1,122 @@
+// AVX-512F decoders of the KV row formats (kv_quant.h), 16 values at a time,
+// over a run of rows that lie back to back in the cache. Each value is the
+// scalar decoder's, bit for bit: an exact conversion, then one fp32 product
+// with the row's scale (NaN stays NaN; its payload may differ).
+#include <immintrin.h>
+
+#include <cassert>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/cpu/kv_quant.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace kvserve::kernels {
+namespace {
+
+// The 16 nibbles of 8 bytes, element 2i = low nibble of byte i, 2i + 1 = high.
+inline __m512i Nibbles16(const uint8_t* src) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
+  const __m512i x = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));  // b0 b0 b1 b1 ...
+  const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+  return _mm512_and_si512(_mm512_srlv_epi32(x, shifts), _mm512_set1_epi32(15));
+}
+
+// e4m3fn codes (one per lane) to fp32, as Fp8E4m3ToFloat: normal codes
+// rebias the exponent (7 -> 127) and move the mantissa up; subnormals are
+// m * 2^-9 (exact); 0x7f / 0xff are NaN; then the sign.
+inline __m512 Fp8ToFloat16(__m512i c) {
+  const __m512i e = _mm512_and_si512(_mm512_srli_epi32(c, 3), _mm512_set1_epi32(15));
+  const __m512i m = _mm512_and_si512(c, _mm512_set1_epi32(7));
+  const __m512 normal = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23),
+                      _mm512_slli_epi32(m, 20)));
+  const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
+  __m512 v = _mm512_mask_mov_ps(normal, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), sub);
+  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(c, _mm512_set1_epi32(0x7f)),
+                                                _mm512_set1_epi32(0x7f));
+  v = _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+// Runs decode(src_row, d) -> 16 values for every row and 16-value step.
+template <typename Decode16>
+inline void ForEachVector(const uint8_t* src, int64_t row_bytes, const float* scales, int rows,
+                          int dim, float* dst, Decode16 decode) {
+  for (int r = 0; r < rows; ++r) {
+    const __m512 s = _mm512_set1_ps(scales != nullptr ? scales[r] : 1.0f);
+    const uint8_t* row = src + r * row_bytes;
+    float* out = dst + static_cast<int64_t>(r) * dim;
+    for (int d = 0; d < dim; d += 16) _mm512_storeu_ps(out + d, decode(row, d, s));
+  }
+}
+
+}  // namespace
+
+void DequantizeKvRowsAvx512(KvDtype dtype, const uint8_t* src, const float* scales, int rows,
+                            int dim, float* dst) {
+  assert(dim % 16 == 0);
+  const int64_t row_bytes = KvRowBytes(dtype, dim);
+  switch (dtype) {
+    case KvDtype::kFloat32:
+      ForEachVector(src, row_bytes, nullptr, rows, dim, dst, [](const uint8_t* row, int d, __m512) {
+        return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
+      });
+      return;
+    case KvDtype::kBfloat16:
+      ForEachVector(src, row_bytes, nullptr, rows, dim, dst, [](const uint8_t* row, int d, __m512) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      });
+      return;
+    case KvDtype::kFloat16:
+      ForEachVector(src, row_bytes, nullptr, rows, dim, dst, [](const uint8_t* row, int d, __m512) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d)));
+      });
+      return;
+    case KvDtype::kFp8E4m3:
+      ForEachVector(src, row_bytes, scales, rows, dim, dst, [](const uint8_t* row, int d, __m512 s) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
+        return _mm512_mul_ps(Fp8ToFloat16(_mm512_cvtepu8_epi32(b)), s);
+      });
+      return;
+    case KvDtype::kInt8:
+      ForEachVector(src, row_bytes, scales, rows, dim, dst, [](const uint8_t* row, int d, __m512 s) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), s);
+      });
+      return;
+    case KvDtype::kInt4:
+      ForEachVector(src, row_bytes, scales, rows, dim, dst, [](const uint8_t* row, int d, __m512 s) {
+        const __m512i eight = _mm512_set1_epi32(8);  // sign-extend: (q ^ 8) - 8
+        const __m512i q = _mm512_sub_epi32(_mm512_xor_si512(Nibbles16(row + d / 2), eight), eight);
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), s);
+      });
+      return;
+    case KvDtype::kFp4E2m1:
+      ForEachVector(src, row_bytes, scales, rows, dim, dst, [](const uint8_t* row, int d, __m512 s) {
+        const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+                                            -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+        return _mm512_mul_ps(_mm512_permutexvar_ps(Nibbles16(row + d / 2), table), s);
+      });
+      return;
+  }
+}
+
+}  // namespace kvserve::kernels
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
