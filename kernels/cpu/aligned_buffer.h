@@ -1,7 +1,14 @@
 // AlignedBuffer: an owning, 64-byte aligned float array (one cache line, one
 // AVX-512 register). Used for packed weights and KV storage so that vector
 // loads never straddle a cache line.
+//
+// Buffers of kHugePageBytes or more are aligned to it and asked to be backed
+// by transparent huge pages (madvise; the kernel may decline) before they are
+// first touched: paged attention reads KV blocks scattered over the pool, and
+// with 4 KiB pages nearly every block read is a TLB miss.
 #pragma once
+
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdlib>
@@ -14,13 +21,17 @@ namespace kvserve::kernels {
 class AlignedBuffer {
  public:
   static constexpr size_t kAlignment = 64;
+  static constexpr size_t kHugePageBytes = size_t{2} << 20;
 
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t count) : count_(count) {
     if (count == 0) return;
-    size_t bytes = (count * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
-    data_ = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
+    const bool huge = count * sizeof(float) >= kHugePageBytes;
+    const size_t align = huge ? kHugePageBytes : kAlignment;
+    const size_t bytes = (count * sizeof(float) + align - 1) / align * align;
+    data_ = static_cast<float*>(std::aligned_alloc(align, bytes));
     if (data_ == nullptr) throw std::bad_alloc();
+    if (huge) madvise(data_, bytes, MADV_HUGEPAGE);  // advice only: failure is harmless
     std::memset(data_, 0, bytes);
   }
   AlignedBuffer(const AlignedBuffer&) = delete;
