@@ -1,15 +1,19 @@
 // KV cache formats, CPU decode attention: batch 8 x 8,192-token contexts,
 // GQA 9 / 3 heads, head dim 64, block 16, one query per sequence. Per format:
-// time against the fp32 cache in the same run, and bytes of K/V read per
-// second (data and scales) against the copy bandwidth measured in the same
-// run (target >= 60%).
+// time against the fp32 cache in the same run, bytes of K/V read per second
+// (data and scales) against the copy bandwidth measured in the same run
+// (target >= 60%), and the attention's multiply-adds (2 x head_dim per query
+// head and key: q.k and p.v) against the peak FMA rate measured in the same
+// run: the two rooflines a format can hit.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <random>
 #include <vector>
 
+#include "bench/fma_peak.h"
 #include "bench/roofline.h"
 #include "engine/kv_cache.h"
 #include "kernels/cpu/attention.h"
@@ -19,7 +23,8 @@
 namespace kvserve::bench {
 namespace {
 
-constexpr int kSeqs = 8, kCtx = 8192, kHeads = 9, kKvHeads = 3, kDim = 64, kBlock = 16;
+constexpr int kHeads = 9, kKvHeads = 3, kDim = 64, kBlock = 16;
+int kSeqs = 8, kCtx = 8192;  // --seqs, --ctx
 
 struct Result {
   double seconds;
@@ -91,23 +96,37 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
   return {t, bytes};
 }
 
-// Flags: --reps=N (best of N calls, default 5), --formats=a,b (default all).
+// Flags: --reps=N (best of N calls, default 5), --formats=a,b (default all),
+// --seqs=N, --ctx=N (a multiple of 16), --threads=N (default: all cores).
 int Main(int argc, char** argv) {
-  int reps = 5;
+  int reps = 5, threads = 0;
   std::string formats;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(arg.c_str() + 7));
+    auto value = [&](const char* flag) {
+      return arg.rfind(flag, 0) == 0 ? std::atoi(arg.c_str() + std::strlen(flag)) : -1;
+    };
+    if (value("--reps=") > 0) reps = value("--reps=");
+    if (value("--seqs=") > 0) kSeqs = value("--seqs=");
+    if (value("--ctx=") > 0) kCtx = value("--ctx=") / kBlock * kBlock;
+    if (value("--threads=") > 0) threads = value("--threads=");
     if (arg.rfind("--formats=", 0) == 0) formats = "," + arg.substr(10) + ",";
   }
-  kernels::ThreadPool& pool = kernels::ThreadPool::Default();
-  const int threads = pool.num_threads();
+  kernels::ThreadPool own(threads > 0 ? threads : 1);
+  kernels::ThreadPool& pool = threads > 0 ? own : kernels::ThreadPool::Default();
+  threads = pool.num_threads();
   const double copy = CopyBytesPerSecond(threads, size_t{512} << 20);
-  std::printf("kvserve kv cache bench: isa=%s, threads=%d, copy bandwidth %.2f GB/s\n",
-              kernels::IsaName(kernels::ActiveIsa()), threads, copy / 1e9);
+  const kernels::CpuIsa isa = kernels::ActiveIsa();
+  const double fma_flops = PeakGflops(isa, threads).wall * 1e9;
+  std::printf(
+      "kvserve kv cache bench: isa=%s, threads=%d, copy bandwidth %.2f GB/s, peak fp32 FMA %.1f "
+      "GFLOP/s\n",
+      kernels::IsaName(isa), threads, copy / 1e9, fma_flops / 1e9);
   std::printf("decode PagedAttention, %d seqs x %d tokens, %d / %d heads, d=%d, block %d\n", kSeqs,
               kCtx, kHeads, kKvHeads, kDim, kBlock);
-  std::printf("%-10s %10s %10s %12s %10s\n", "format", "ms", "vs fp32", "GB/s read", "of copy");
+  std::printf("%-10s %10s %10s %12s %10s %12s\n", "format", "ms", "vs fp32", "GB/s read", "of copy",
+              "of FMA peak");
+  const double flops = 2.0 * 2.0 * kSeqs * kHeads * double{kCtx} * kDim;  // 2 flops per FMA
   double fp32_time = 0;
   for (engine::KvCacheDtype d : kernels::kAllKvDtypes) {
     const std::string name = engine::KvCacheDtypeName(d);
@@ -115,9 +134,9 @@ int Main(int argc, char** argv) {
     const Result r = Run(d, &pool, reps);
     if (d == engine::KvCacheDtype::kFloat32) fp32_time = r.seconds;
     // "vs fp32" is 0 when --formats left fp32 (auto) out.
-    std::printf("%-10s %10.3f %9.2fx %12.2f %9.1f%%\n", name.c_str(), 1e3 * r.seconds,
-                fp32_time / r.seconds, r.bytes / r.seconds / 1e9,
-                100 * r.bytes / r.seconds / copy);
+    std::printf("%-10s %10.3f %9.2fx %12.2f %9.1f%% %11.1f%%\n", name.c_str(), 1e3 * r.seconds,
+                fp32_time / r.seconds, r.bytes / r.seconds / 1e9, 100 * r.bytes / r.seconds / copy,
+                100 * flops / r.seconds / fma_flops);
   }
   return 0;
 }

@@ -30,22 +30,21 @@ inline __m512i Nibbles16(const uint8_t* src) {
   return _mm512_and_si512(_mm512_srlv_epi32(x, shifts), _mm512_set1_epi32(15));
 }
 
-// e4m3fn codes (one per lane) to fp32, as Fp8E4m3ToFloat: normal codes
-// rebias the exponent (7 -> 127) and move the mantissa up; subnormals are
-// m * 2^-9 (exact); 0x7f / 0xff are NaN; then the sign.
-inline __m512 Fp8ToFloat16(__m512i c) {
-  const __m512i e = _mm512_and_si512(_mm512_srli_epi32(c, 3), _mm512_set1_epi32(15));
-  const __m512i m = _mm512_and_si512(c, _mm512_set1_epi32(7));
-  const __m512 normal = _mm512_castsi512_ps(
-      _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23),
-                      _mm512_slli_epi32(m, 20)));
-  const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
-  __m512 v = _mm512_mask_mov_ps(normal, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), sub);
-  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(c, _mm512_set1_epi32(0x7f)),
-                                                _mm512_set1_epi32(0x7f));
-  v = _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
-  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
-  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+// 16 e4m3fn codes times s, as Fp8E4m3ToFloat(c) * s. Moving a code's
+// exponent and mantissa bits under fp16's (c & 0x7f) << 7, sign to bit 15,
+// gives exactly the code's value times 2^-8, subnormals included (fp16's
+// exponent bias is 8 more). Powers of two commute with the one rounding, so
+// (value * 2^-8) * (s * 2^8) rounds as value * s does; s * 2^8 is exact
+// (s <= FLT_MAX / 448). Codes 0x7f / 0xff are NaN.
+inline __m512 Fp8TimesScale16(const uint8_t* src, __m512 s) {
+  const __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  const __m256i h =
+      _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x80)), 8),
+                      _mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x7f)), 7));
+  const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_mul_ps(s, _mm512_set1_ps(256.0f)));
+  const __mmask16 nan = _mm512_cmpeq_epi32_mask(
+      _mm512_and_si512(_mm512_cvtepu16_epi32(c), _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f));
+  return _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
 }
 
 // Runs decode(src_row, d) -> 16 values for every row and 16-value step.
@@ -85,8 +84,7 @@ void DequantizeKvRowsAvx512(KvDtype dtype, const uint8_t* src, const float* scal
       return;
     case KvDtype::kFp8E4m3:
       ForEachVector(src, row_bytes, scales, rows, dim, dst, [](const uint8_t* row, int d, __m512 s) {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
-        return _mm512_mul_ps(Fp8ToFloat16(_mm512_cvtepu8_epi32(b)), s);
+        return Fp8TimesScale16(row + d, s);
       });
       return;
     case KvDtype::kInt8:
