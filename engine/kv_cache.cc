@@ -29,8 +29,8 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   const int64_t rows = shape.num_blocks * shape.rows_per_block();
   const size_t floats = static_cast<size_t>((rows * shape.row_bytes() + 3) / 4);
   for (int64_t l = 0; l < shape.num_layers; ++l) {
-    k_.emplace_back(floats);
-    v_.emplace_back(floats);
+    k_.emplace_back(floats, kernels::AlignedBuffer::Pages::kHuge);
+    v_.emplace_back(floats, kernels::AlignedBuffer::Pages::kHuge);
     if (has_scales()) {
       k_scales_.emplace_back(static_cast<size_t>(rows));
       v_scales_.emplace_back(static_cast<size_t>(rows));

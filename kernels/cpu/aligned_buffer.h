@@ -2,10 +2,12 @@
 // AVX-512 register). Used for packed weights and KV storage so that vector
 // loads never straddle a cache line.
 //
-// Buffers of kHugePageBytes or more are aligned to it and asked to be backed
-// by transparent huge pages (madvise; the kernel may decline) before they are
-// first touched: paged attention reads KV blocks scattered over the pool, and
-// with 4 KiB pages nearly every block read is a TLB miss.
+// A buffer made with Pages::kHuge, of kHugePageBytes or more, is aligned to
+// it and asked to be backed by transparent huge pages (madvise; the kernel
+// may decline) before it is first touched. The KV cache uses it: paged
+// attention reads blocks scattered over the pool, and with 4 KiB pages
+// nearly every block read is a TLB miss. Weights do not: they stream in
+// order, and huge pages would round every large matrix up to 2 MiB of RSS.
 #pragma once
 
 #include <sys/mman.h>
@@ -22,11 +24,12 @@ class AlignedBuffer {
  public:
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kHugePageBytes = size_t{2} << 20;
+  enum class Pages { kDefault, kHuge };
 
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t count) : count_(count) {
+  explicit AlignedBuffer(size_t count, Pages pages = Pages::kDefault) : count_(count) {
     if (count == 0) return;
-    const bool huge = count * sizeof(float) >= kHugePageBytes;
+    const bool huge = pages == Pages::kHuge && count * sizeof(float) >= kHugePageBytes;
     const size_t align = huge ? kHugePageBytes : kAlignment;
     const size_t bytes = (count * sizeof(float) + align - 1) / align * align;
     data_ = static_cast<float*>(std::aligned_alloc(align, bytes));
