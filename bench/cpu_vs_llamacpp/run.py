@@ -23,7 +23,8 @@ What it does (nothing is written into the repository):
          32-sequence decode step; steps mixed with other requests' prefill
          chunks count too, which can only lower it). kvserve-loadgen's output
          tokens/s over the whole run (prefill included) is printed as well;
-  4. prints the medians, the kvserve / llama.cpp ratios, and kvserve's decode
+  4. prints the medians, the kvserve / llama.cpp ratios (of the medians, and
+     the median of the per-repeat ratios), and kvserve's decode
      bytes per token against the in-run copy bandwidth (kvserve_engine_bench
      measures the copy bandwidth).
 Threads: both use every core (--threads, default nproc).
@@ -199,7 +200,13 @@ def main():
             print(f"{shape} {precision} (vs llama.cpp {outtype.upper()}), median of {args.repeats}:")
             for what in ("prefill", "decode", "batched"):
                 k, l = med["kv_" + what], med["ll_" + what]
-                print(f"  {what:8s} kvserve {k:8.1f} tok/s  llama.cpp {l:8.1f} tok/s  ratio {k / l:.2f}x")
+                # Each repeat runs both programs back to back, so its ratio
+                # pairs measurements taken under the same machine state.
+                paired = [a / b for a, b in zip(runs["kv_" + what], runs["ll_" + what])]
+                med["ratio_" + what] = statistics.median(paired)
+                print(f"  {what:8s} kvserve {k:8.1f} tok/s  llama.cpp {l:8.1f} tok/s  ratio {k / l:.2f}x"
+                      f"  (per repeat {' / '.join(f'{x:.2f}' for x in paired)},"
+                      f" median {med['ratio_' + what]:.2f}x)")
             print(f"  kvserve batched output tok/s over the whole run (prefill included): "
                   f"{med['kv_batched_whole_run']:.1f}")
             print(f"  kvserve RSS (idle, model loaded): {med['rss_mb']:.0f} MiB")

@@ -30,10 +30,12 @@ class AlignedBuffer {
   explicit AlignedBuffer(size_t count, Pages pages = Pages::kDefault) : count_(count) {
     if (count == 0) return;
     const bool huge = pages == Pages::kHuge && count * sizeof(float) >= kHugePageBytes;
-    const size_t align = huge ? kHugePageBytes : kAlignment;
-    const size_t bytes = (count * sizeof(float) + align - 1) / align * align;
-    data_ = static_cast<float*>(std::aligned_alloc(align, bytes));
-    if (data_ == nullptr) throw std::bad_alloc();
+    // Only the start is aligned to a huge page: the size is not rounded up
+    // to one (a partial last one stays in 4 KiB pages), so RSS is the size.
+    const size_t bytes = (count * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = nullptr;
+    if (posix_memalign(&p, huge ? kHugePageBytes : kAlignment, bytes) != 0) throw std::bad_alloc();
+    data_ = static_cast<float*>(p);
     if (huge) madvise(data_, bytes, MADV_HUGEPAGE);  // advice only: failure is harmless
     std::memset(data_, 0, bytes);
   }
