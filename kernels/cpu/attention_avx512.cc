@@ -17,15 +17,9 @@
 #include <limits>
 
 #include "kernels/cpu/attention_internal.h"
+#include "kernels/cpu/target_pragmas.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+KVSERVE_TARGET_BEGIN("avx512f")
 
 namespace kvserve::kernels::internal {
 namespace {
@@ -188,9 +182,4 @@ void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float
 
 }  // namespace kvserve::kernels::internal
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+KVSERVE_TARGET_END

@@ -7,14 +7,9 @@
 #include <cstdint>
 
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/target_pragmas.h"
 
-// clang has no `#pragma GCC target`; its attribute push does the same.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+KVSERVE_TARGET_BEGIN("avx2,fma,f16c")
 
 namespace kvserve::kernels::internal {
 namespace {
@@ -53,8 +48,4 @@ void GemmPanelsAvx2(const GemmParams& p, int64_t panel_begin, int64_t panel_end)
 
 }  // namespace kvserve::kernels::internal
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KVSERVE_TARGET_END

@@ -6,18 +6,9 @@
 #include <cstdint>
 
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/target_pragmas.h"
 
-// clang has no `#pragma GCC target`; its attribute push does the same.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-// GCC 12's avx512fintrin.h self-initialises its "undefined" vectors
-// (`__m512i __Y = __Y;`), which -Wmaybe-uninitialized reports once inlined.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+KVSERVE_TARGET_BEGIN("avx512f")
 
 namespace kvserve::kernels::internal {
 namespace {
@@ -57,9 +48,4 @@ void GemmPanelsAvx512(const GemmParams& p, int64_t panel_begin, int64_t panel_en
 
 }  // namespace kvserve::kernels::internal
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+KVSERVE_TARGET_END

@@ -11,13 +11,9 @@
 
 #include "kernels/cpu/gemm_dot.h"
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/target_pragmas.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+KVSERVE_TARGET_BEGIN("avx2,fma")
 
 namespace kvserve::kernels::internal {
 namespace {
@@ -67,8 +63,4 @@ void GemmBf16DotPanelsAvx2(const GemmParams& p, const DotRows& x, int64_t panel_
 
 }  // namespace kvserve::kernels::internal
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KVSERVE_TARGET_END

@@ -11,15 +11,9 @@
 
 #include "kernels/cpu/gemm_dot.h"
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/target_pragmas.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bf16"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bf16")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+KVSERVE_TARGET_BEGIN("avx512f,avx512bf16")
 
 namespace kvserve::kernels::internal {
 namespace {
@@ -56,9 +50,4 @@ void GemmBf16DotPanelsAvx512Bf16(const GemmParams& p, const DotRows& x, int64_t 
 
 }  // namespace kvserve::kernels::internal
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+KVSERVE_TARGET_END

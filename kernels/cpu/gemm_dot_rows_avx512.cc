@@ -7,15 +7,9 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_dot.h"
+#include "kernels/cpu/target_pragmas.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+KVSERVE_TARGET_BEGIN("avx512f")
 
 namespace kvserve::kernels::internal {
 namespace {
@@ -113,9 +107,4 @@ void QuantizeRowsW8A8Avx512(const float* x, int64_t ldx, int64_t m, int64_t k, b
 
 }  // namespace kvserve::kernels::internal
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+KVSERVE_TARGET_END

@@ -10,15 +10,9 @@
 
 #include "kernels/cpu/gemm_dot.h"
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/target_pragmas.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vnni"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vnni")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+KVSERVE_TARGET_BEGIN("avx512f,avx512vnni")
 
 namespace kvserve::kernels::internal {
 namespace {
@@ -57,9 +51,4 @@ void GemmW8A8PanelsAvx512Vnni(const GemmParams& p, const DotRows& x, int64_t pan
 
 }  // namespace kvserve::kernels::internal
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+KVSERVE_TARGET_END

@@ -9,15 +9,9 @@
 #include <limits>
 
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/target_pragmas.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+KVSERVE_TARGET_BEGIN("avx512f")
 
 namespace kvserve::kernels {
 namespace {
@@ -47,15 +41,44 @@ inline __m512 Fp8TimesScale16(const uint8_t* src, __m512 s) {
   return _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
 }
 
-// Runs decode(src_row, d) -> 16 values for every row and 16-value step.
-template <typename Decode16>
-inline void ForEachVector(const uint8_t* src, int64_t row_bytes, const float* scales, int rows,
-                          int dim, float* dst, Decode16 decode) {
+// One decoder per format: 16 values of a row from element d, times s for
+// the scaled formats. (Plain functions, not lambdas: a lambda's conversion
+// thunk would fall outside the target region.)
+inline __m512 F32x16(const uint8_t* row, int d, __m512) {
+  return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
+}
+inline __m512 Bf16x16(const uint8_t* row, int d, __m512) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 F16x16(const uint8_t* row, int d, __m512) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d)));
+}
+inline __m512 Fp8x16(const uint8_t* row, int d, __m512 s) { return Fp8TimesScale16(row + d, s); }
+inline __m512 Int8x16(const uint8_t* row, int d, __m512 s) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), s);
+}
+inline __m512 Int4x16(const uint8_t* row, int d, __m512 s) {
+  const __m512i eight = _mm512_set1_epi32(8);  // sign-extend: (q ^ 8) - 8
+  const __m512i q = _mm512_sub_epi32(_mm512_xor_si512(Nibbles16(row + d / 2), eight), eight);
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(q), s);
+}
+inline __m512 Fp4x16(const uint8_t* row, int d, __m512 s) {
+  const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f,
+                                      -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+  return _mm512_mul_ps(_mm512_permutexvar_ps(Nibbles16(row + d / 2), table), s);
+}
+
+// Runs Decode16 for every row and 16-value step.
+template <__m512 (*Decode16)(const uint8_t*, int, __m512)>
+inline void DecodeRows(const uint8_t* src, int64_t row_bytes, const float* scales, int rows,
+                       int dim, float* dst) {
   for (int r = 0; r < rows; ++r) {
     const __m512 s = _mm512_set1_ps(scales != nullptr ? scales[r] : 1.0f);
     const uint8_t* row = src + r * row_bytes;
     float* out = dst + static_cast<int64_t>(r) * dim;
-    for (int d = 0; d < dim; d += 16) _mm512_storeu_ps(out + d, decode(row, d, s));
+    for (int d = 0; d < dim; d += 16) _mm512_storeu_ps(out + d, Decode16(row, d, s));
   }
 }
 
@@ -64,57 +87,18 @@ inline void ForEachVector(const uint8_t* src, int64_t row_bytes, const float* sc
 void DequantizeKvRowsAvx512(KvDtype dtype, const uint8_t* src, const float* scales, int rows,
                             int dim, float* dst) {
   assert(dim % 16 == 0);
-  const int64_t row_bytes = KvRowBytes(dtype, dim);
+  const int64_t rb = KvRowBytes(dtype, dim);
   switch (dtype) {
-    case KvDtype::kFloat32:
-      ForEachVector(src, row_bytes, nullptr, rows, dim, dst, [](const uint8_t* row, int d, __m512) {
-        return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
-      });
-      return;
-    case KvDtype::kBfloat16:
-      ForEachVector(src, row_bytes, nullptr, rows, dim, dst, [](const uint8_t* row, int d, __m512) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-      });
-      return;
-    case KvDtype::kFloat16:
-      ForEachVector(src, row_bytes, nullptr, rows, dim, dst, [](const uint8_t* row, int d, __m512) {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * d)));
-      });
-      return;
-    case KvDtype::kFp8E4m3:
-      ForEachVector(src, row_bytes, scales, rows, dim, dst, [](const uint8_t* row, int d, __m512 s) {
-        return Fp8TimesScale16(row + d, s);
-      });
-      return;
-    case KvDtype::kInt8:
-      ForEachVector(src, row_bytes, scales, rows, dim, dst, [](const uint8_t* row, int d, __m512 s) {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), s);
-      });
-      return;
-    case KvDtype::kInt4:
-      ForEachVector(src, row_bytes, scales, rows, dim, dst, [](const uint8_t* row, int d, __m512 s) {
-        const __m512i eight = _mm512_set1_epi32(8);  // sign-extend: (q ^ 8) - 8
-        const __m512i q = _mm512_sub_epi32(_mm512_xor_si512(Nibbles16(row + d / 2), eight), eight);
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), s);
-      });
-      return;
-    case KvDtype::kFp4E2m1:
-      ForEachVector(src, row_bytes, scales, rows, dim, dst, [](const uint8_t* row, int d, __m512 s) {
-        const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
-                                            -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-        return _mm512_mul_ps(_mm512_permutexvar_ps(Nibbles16(row + d / 2), table), s);
-      });
-      return;
+    case KvDtype::kFloat32: return DecodeRows<F32x16>(src, rb, nullptr, rows, dim, dst);
+    case KvDtype::kBfloat16: return DecodeRows<Bf16x16>(src, rb, nullptr, rows, dim, dst);
+    case KvDtype::kFloat16: return DecodeRows<F16x16>(src, rb, nullptr, rows, dim, dst);
+    case KvDtype::kFp8E4m3: return DecodeRows<Fp8x16>(src, rb, scales, rows, dim, dst);
+    case KvDtype::kInt8: return DecodeRows<Int8x16>(src, rb, scales, rows, dim, dst);
+    case KvDtype::kInt4: return DecodeRows<Int4x16>(src, rb, scales, rows, dim, dst);
+    case KvDtype::kFp4E2m1: return DecodeRows<Fp4x16>(src, rb, scales, rows, dim, dst);
   }
 }
 
 }  // namespace kvserve::kernels
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+KVSERVE_TARGET_END

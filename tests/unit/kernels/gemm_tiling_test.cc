@@ -14,14 +14,9 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/target_pragmas.h"
 
-// clang has no `#pragma GCC target`; its attribute push does the same.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+KVSERVE_TARGET_BEGIN("avx2,fma,f16c")
 
 namespace kvserve::kernels::internal::emulated512 {
 
@@ -69,11 +64,7 @@ void Run(const GemmParams& p, int64_t panel_begin, int64_t panel_end) {
 
 }  // namespace kvserve::kernels::internal::emulated512
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KVSERVE_TARGET_END
 
 namespace kvserve::kernels {
 namespace {
