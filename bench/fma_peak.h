@@ -97,9 +97,10 @@ struct Peak {
 // run counts, which a busy machine disturbs far less.
 inline Peak PeakGflops(kernels::CpuIsa isa, int threads) {
   const int64_t iters = isa == kernels::CpuIsa::kScalar ? 2'000'000 : 10'000'000;
-  const double flops = static_cast<double>(iters) * (isa == kernels::CpuIsa::kAvx512 ? kFlopsPerIterAvx512
-                                                     : isa == kernels::CpuIsa::kAvx2 ? kFlopsPerIterAvx2
-                                                                            : kFlopsPerIterScalar);
+  const double flops =
+      static_cast<double>(iters) * (isa == kernels::CpuIsa::kAvx512 ? kFlopsPerIterAvx512
+                                    : isa == kernels::CpuIsa::kAvx2 ? kFlopsPerIterAvx2
+                                                                    : kFlopsPerIterScalar);
   std::vector<float> sink(threads);
   std::vector<double> best_cpu(threads, 1e30);
   auto body = [&](int i) {

@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/fma_peak.h"
@@ -30,7 +30,7 @@ int kSeqs = 8, kCtx = 8192;  // --seqs, --ctx
 
 struct Result {
   double seconds;
-  double bytes;               // K and V read: data + scales
+  double bytes;                          // K and V read: data + scales
   double read_pattern_bytes_per_second;  // the same bytes, read alone (ReadLikeAttention)
 };
 
@@ -187,11 +187,13 @@ int Main(int argc, char** argv) {
               kCtx, kHeads, kKvHeads, kDim, kBlock);
   std::printf("%-10s %10s %10s %12s %10s %16s %12s\n", "format", "ms", "vs fp32", "GB/s read",
               "of copy", "of pattern read", "of FMA peak");
-  const double flops = 2.0 * 2.0 * kSeqs * kHeads * static_cast<double>(kCtx) * kDim;  // 2 flops per FMA
+  const double flops =
+      2.0 * 2.0 * kSeqs * kHeads * static_cast<double>(kCtx) * kDim;  // 2 flops per FMA
   double fp32_time = 0;
   for (engine::KvCacheDtype d : kernels::kAllKvDtypes) {
     const std::string name = engine::KvCacheDtypeName(d);
-    if (!formats.empty() && formats.find(std::string(",").append(name).append(",")) == std::string::npos) {
+    if (!formats.empty() &&
+        formats.find(std::string(",").append(name).append(",")) == std::string::npos) {
       continue;
     }
     const Result r = Run(d, &pool, reps);

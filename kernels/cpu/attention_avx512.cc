@@ -106,7 +106,8 @@ inline void AccumulateBlock(float* const* out, const float* corr, const float (*
   __m512 o[kHeads][kVecs];
   for (int h = 0; h < kHeads; ++h) {
     const __m512 ch = _mm512_set1_ps(corr[h]);
-    for (int c = 0; c < kVecs; ++c) o[h][c] = _mm512_mul_ps(_mm512_loadu_ps(out[h] + d + 16 * c), ch);
+    for (int c = 0; c < kVecs; ++c)
+      o[h][c] = _mm512_mul_ps(_mm512_loadu_ps(out[h] + d + 16 * c), ch);
   }
   for (int j = 0; j < n; ++j) {
     __m512 v[kVecs];
@@ -127,10 +128,17 @@ void AccumulateHeads(float* const* out, const float* corr, const float (*w)[kTil
   int c = 0;
   for (; c + 4 <= vecs; c += 4) AccumulateBlock<kHeads, 4>(out, corr, w, vals, n, 16 * c);
   switch (vecs - c) {
-    case 3: AccumulateBlock<kHeads, 3>(out, corr, w, vals, n, 16 * c); break;
-    case 2: AccumulateBlock<kHeads, 2>(out, corr, w, vals, n, 16 * c); break;
-    case 1: AccumulateBlock<kHeads, 1>(out, corr, w, vals, n, 16 * c); break;
-    default: break;
+    case 3:
+      AccumulateBlock<kHeads, 3>(out, corr, w, vals, n, 16 * c);
+      break;
+    case 2:
+      AccumulateBlock<kHeads, 2>(out, corr, w, vals, n, 16 * c);
+      break;
+    case 1:
+      AccumulateBlock<kHeads, 1>(out, corr, w, vals, n, 16 * c);
+      break;
+    default:
+      break;
   }
 }
 
@@ -172,10 +180,18 @@ void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float
   for (int g = 0; g < pass.count; g += 4) {
     float* const* out = pass.out + g;
     switch (std::min(4, pass.count - g)) {
-      case 4: AccumulateHeads<4>(out, corr + g, w + g, vals, n, vecs); break;
-      case 3: AccumulateHeads<3>(out, corr + g, w + g, vals, n, vecs); break;
-      case 2: AccumulateHeads<2>(out, corr + g, w + g, vals, n, vecs); break;
-      default: AccumulateHeads<1>(out, corr + g, w + g, vals, n, vecs); break;
+      case 4:
+        AccumulateHeads<4>(out, corr + g, w + g, vals, n, vecs);
+        break;
+      case 3:
+        AccumulateHeads<3>(out, corr + g, w + g, vals, n, vecs);
+        break;
+      case 2:
+        AccumulateHeads<2>(out, corr + g, w + g, vals, n, vecs);
+        break;
+      default:
+        AccumulateHeads<1>(out, corr + g, w + g, vals, n, vecs);
+        break;
     }
   }
 }

@@ -89,13 +89,20 @@ void DequantizeKvRowsAvx512(KvDtype dtype, const uint8_t* src, const float* scal
   assert(dim % 16 == 0);
   const int64_t rb = KvRowBytes(dtype, dim);
   switch (dtype) {
-    case KvDtype::kFloat32: return DecodeRows<F32x16>(src, rb, nullptr, rows, dim, dst);
-    case KvDtype::kBfloat16: return DecodeRows<Bf16x16>(src, rb, nullptr, rows, dim, dst);
-    case KvDtype::kFloat16: return DecodeRows<F16x16>(src, rb, nullptr, rows, dim, dst);
-    case KvDtype::kFp8E4m3: return DecodeRows<Fp8x16>(src, rb, scales, rows, dim, dst);
-    case KvDtype::kInt8: return DecodeRows<Int8x16>(src, rb, scales, rows, dim, dst);
-    case KvDtype::kInt4: return DecodeRows<Int4x16>(src, rb, scales, rows, dim, dst);
-    case KvDtype::kFp4E2m1: return DecodeRows<Fp4x16>(src, rb, scales, rows, dim, dst);
+    case KvDtype::kFloat32:
+      return DecodeRows<F32x16>(src, rb, nullptr, rows, dim, dst);
+    case KvDtype::kBfloat16:
+      return DecodeRows<Bf16x16>(src, rb, nullptr, rows, dim, dst);
+    case KvDtype::kFloat16:
+      return DecodeRows<F16x16>(src, rb, nullptr, rows, dim, dst);
+    case KvDtype::kFp8E4m3:
+      return DecodeRows<Fp8x16>(src, rb, scales, rows, dim, dst);
+    case KvDtype::kInt8:
+      return DecodeRows<Int8x16>(src, rb, scales, rows, dim, dst);
+    case KvDtype::kInt4:
+      return DecodeRows<Int4x16>(src, rb, scales, rows, dim, dst);
+    case KvDtype::kFp4E2m1:
+      return DecodeRows<Fp4x16>(src, rb, scales, rows, dim, dst);
   }
 }
 

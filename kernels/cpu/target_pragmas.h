@@ -19,10 +19,10 @@
   KVSERVE_PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
 #define KVSERVE_TARGET_END KVSERVE_PRAGMA(clang attribute pop)
 #else
-#define KVSERVE_TARGET_BEGIN(isa)                                      \
-  KVSERVE_PRAGMA(GCC push_options)                                     \
-  KVSERVE_PRAGMA(GCC target(isa))                                      \
-  KVSERVE_PRAGMA(GCC diagnostic push)                                  \
+#define KVSERVE_TARGET_BEGIN(isa)     \
+  KVSERVE_PRAGMA(GCC push_options)    \
+  KVSERVE_PRAGMA(GCC target(isa))     \
+  KVSERVE_PRAGMA(GCC diagnostic push) \
   KVSERVE_PRAGMA(GCC diagnostic ignored "-Wmaybe-uninitialized")
 #define KVSERVE_TARGET_END KVSERVE_PRAGMA(GCC diagnostic pop) KVSERVE_PRAGMA(GCC pop_options)
 #endif
