@@ -18,9 +18,6 @@ namespace {
 using internal::HeadPass;
 using internal::kMaxHeadsPerPass;
 constexpr int kTile = kAttentionKeyTile;
-// The tile whose rows are prefetched while a tile is attended: the next one.
-// Two or three ahead measured the same on kv_cache_bench.
-constexpr int kPrefetchTiles = 1;
 
 // One key tile for every head of the pass, head after head, with an ISA's
 // three per-head primitives (Scores, Softmax, Accumulate).
@@ -239,6 +236,33 @@ float* DecodeScratch(int64_t floats) {
   return buffer.data();
 }
 
+// Walks a sequence's keys of one kv head in order. Keys of one block are
+// consecutive rows of the cache (engine/kv_cache.h), so they are taken in
+// runs up to the block's end.
+struct KeyCursor {
+  const PagedAttentionParams& p;
+  const int32_t* blocks;
+  int kv_head, block, offset;
+  int64_t Row() const {
+    return (static_cast<int64_t>(blocks[block]) * p.num_kv_heads + kv_head) * p.block_size + offset;
+  }
+  // Calls fn(i, row, run) for the next n keys, i counting from 0, in runs
+  // of `run` consecutive cache rows from `row`; moves past them.
+  template <typename Fn>
+  void ForEachRun(int n, Fn fn) {
+    for (int i = 0; i < n;) {
+      const int run = std::min(n - i, p.block_size - offset);
+      fn(i, Row(), run);
+      offset += run;
+      if (offset == p.block_size) {
+        offset = 0;
+        ++block;
+      }
+      i += run;
+    }
+  }
+};
+
 // Query heads [head, head + count) of token t, all of kv head `kv_head`.
 //
 // Keys lo..pos are visited in tiles [32 i, 32 i + 32) of absolute positions,
@@ -267,25 +291,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
     std::memset(pass.out[g], 0, sizeof(float) * dim);
   }
 
-  // Walks keys lo..pos in order. Keys of one block are consecutive rows of
-  // the cache (engine/kv_cache.h), so they are taken in runs up to the
-  // block's end.
-  struct Cursor {
-    const PagedAttentionParams& p;
-    const int32_t* blocks;
-    int kv_head, block, offset;
-    int64_t Row() const {
-      return (static_cast<int64_t>(blocks[block]) * p.num_kv_heads + kv_head) * p.block_size +
-             offset;
-    }
-    int RowsLeftInBlock() const { return p.block_size - offset; }
-    void Advance(int rows) {
-      offset += rows;
-      block += offset / p.block_size;
-      offset %= p.block_size;
-    }
-  };
-  Cursor cursor{p, blocks, kv_head, lo / bs, lo % bs};
+  KeyCursor cursor{p, blocks, kv_head, lo / bs, lo % bs};
 
   const float* keys[kTile];
   const float* vals[kTile];
@@ -298,9 +304,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
   for (int tile = lo / kTile * kTile; tile <= pos; tile += kTile) {
     const int j0 = std::max(lo, tile);
     const int n = std::min(pos + 1, tile + kTile) - j0;
-    for (int i = 0; i < n;) {
-      const int64_t row = cursor.Row();
-      const int run = std::min(n - i, cursor.RowsLeftInBlock());
+    cursor.ForEachRun(n, [&](int i, int64_t row, int run) {
       if (packed) {
         float* kd = scratch + static_cast<int64_t>(i) * dim;
         float* vd = scratch + static_cast<int64_t>(kTile + i) * dim;
@@ -318,20 +322,16 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
           vals[i + r] = p.v_cache + (row + r) * dim;
         }
       }
-      cursor.Advance(run);
-      i += run;
-    }
+    });
     // The next tile's rows (all attended) sit in scattered blocks that the
     // hardware prefetcher does not follow; ask for them while this tile runs,
     // a block's run of rows (and of scales) at a time. Into L2
     // (prefetcht2): a whole tile asked into L1 at once stalls on the miss
-    // buffers; on kv_cache_bench fp32 this took 5.3 ms to 4.2.
-    const int ahead_first = tile + kPrefetchTiles * kTile;
-    Cursor ahead = cursor;
-    ahead.Advance(ahead_first - (tile + kTile));
-    for (int i = 0, next = std::min(pos + 1, ahead_first + kTile) - ahead_first; i < next;) {
-      const int64_t row = ahead.Row();
-      const int run = std::min(next - i, ahead.RowsLeftInBlock());
+    // buffers; on kv_cache_bench fp32 this took 5.3 ms to 4.2. (Two or
+    // three tiles ahead measured the same as one.)
+    KeyCursor ahead = cursor;
+    const int next_n = std::max(0, std::min(pos + 1, tile + 2 * kTile) - (tile + kTile));
+    ahead.ForEachRun(next_n, [&](int, int64_t row, int run) {
       for (int64_t b = row * row_bytes / 64 * 64; b < (row + run) * row_bytes; b += 64) {
         __builtin_prefetch(k_bytes + b, 0, 1);
         __builtin_prefetch(v_bytes + b, 0, 1);
@@ -342,9 +342,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
           __builtin_prefetch(p.v_scales + r, 0, 1);
         }
       }
-      ahead.Advance(run);
-      i += run;
-    }
+    });
     Ops::Tile(p, pass, keys, vals, n);
   }
   for (int g = 0; g < count; ++g) {
