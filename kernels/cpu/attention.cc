@@ -391,6 +391,7 @@ void WriteKvCache(const WriteKvParams& p) {
   const int64_t row_bytes = KvRowBytes(p.kv_dtype, p.head_dim);
   auto* k_bytes = reinterpret_cast<uint8_t*>(p.k_cache);
   auto* v_bytes = reinterpret_cast<uint8_t*>(p.v_cache);
+  auto* quantize = ActiveIsa() == CpuIsa::kAvx512 ? QuantizeKvRowAvx512 : QuantizeKvRow;
   for (int t = 0; t < p.num_tokens; ++t) {
     const int64_t slot = p.slot_mapping[t];
     if (slot < 0) continue;
@@ -399,8 +400,8 @@ void WriteKvCache(const WriteKvParams& p) {
       const int64_t src =
           static_cast<int64_t>(t) * p.src_stride + static_cast<int64_t>(h) * p.head_dim;
       const int64_t row = (block * p.num_kv_heads + h) * p.block_size + offset;
-      const float ks = QuantizeKvRow(p.kv_dtype, p.k + src, p.head_dim, k_bytes + row * row_bytes);
-      const float vs = QuantizeKvRow(p.kv_dtype, p.v + src, p.head_dim, v_bytes + row * row_bytes);
+      const float ks = quantize(p.kv_dtype, p.k + src, p.head_dim, k_bytes + row * row_bytes);
+      const float vs = quantize(p.kv_dtype, p.v + src, p.head_dim, v_bytes + row * row_bytes);
       if (p.k_scales != nullptr) p.k_scales[row] = ks;
       if (p.v_scales != nullptr) p.v_scales[row] = vs;
     }

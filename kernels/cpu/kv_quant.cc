@@ -36,16 +36,27 @@ constexpr std::array<float, 16> kFp4Values = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f, 
                                               4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
                                               -2.0f, -3.0f, -4.0f, -6.0f};
 
-// The code in [0, n) of a monotone table of non-negative values nearest to
-// a >= 0, ties to the even code (the mantissa's last bit); above the last
-// value: the last code.
-int NearestCode(float a, const float* values, int n) {
-  const int c = static_cast<int>(std::upper_bound(values, values + n, a) - values) - 1;
-  if (c >= n - 1) return n - 1;
-  const float mid = 0.5f * (values[c] + values[c + 1]);  // exact: both are short dyadics
-  if (a > mid) return c + 1;
-  if (a < mid) return c;
-  return (c & 1) == 0 ? c : c + 1;
+// The nearest e4m3 code to a >= 0 (not NaN), ties to the even code, by the
+// arithmetic of its bits: below 2^-6 the codes step by 2^-9 (and 8 is 2^-6,
+// so rounding up into the normals is right); above, rounding the fp32
+// mantissa to 3 bits to nearest even carries into the exponent as it should.
+// At or above 448 (the largest finite code, 126): 126.
+uint8_t Fp8Magnitude(float a) {
+  if (a >= 448.0f) return 0x7e;
+  if (a < 0x1p-6f) return static_cast<uint8_t>(std::nearbyint(a * 0x1p9f));
+  uint32_t b = std::bit_cast<uint32_t>(a);
+  b += 0x7ffff + ((b >> 20) & 1);
+  return static_cast<uint8_t>((b >> 20) - ((127 - 7) << 3));  // rebias 127 -> 7
+}
+
+// The same for E2M1 (codes 0..7: 0, .5, 1, 1.5, 2, 3, 4, 6): steps of .5 below
+// 1, then a 1-bit mantissa; at or above 6: 7.
+uint8_t Fp4Magnitude(float a) {
+  if (a >= 6.0f) return 7;
+  if (a < 1.0f) return static_cast<uint8_t>(std::nearbyint(a * 2.0f));
+  uint32_t b = std::bit_cast<uint32_t>(a);
+  b += 0x1fffff + ((b >> 22) & 1);
+  return static_cast<uint8_t>((b >> 22) - ((127 - 1) << 1));  // rebias 127 -> 1
 }
 
 // max|x| over the row; NaN if any element is NaN.
@@ -161,8 +172,7 @@ uint16_t FloatToHalf(float x) {
 uint8_t FloatToFp8E4m3(float x) {
   if (std::isnan(x)) return 0x7f;
   const uint8_t sign = std::signbit(x) ? 0x80 : 0;
-  // Codes 0..126 are the non-negative values in increasing order.
-  return sign | static_cast<uint8_t>(NearestCode(std::fabs(x), Fp8().value.data(), 127));
+  return sign | Fp8Magnitude(std::fabs(x));
 }
 
 float Fp8E4m3ToFloat(uint8_t code) { return Fp8().value[code]; }
@@ -170,7 +180,7 @@ float Fp8E4m3ToFloat(uint8_t code) { return Fp8().value[code]; }
 uint8_t FloatToFp4E2m1(float x) {
   if (std::isnan(x)) return 0;
   const uint8_t sign = std::signbit(x) ? 8 : 0;
-  return sign | static_cast<uint8_t>(NearestCode(std::fabs(x), kFp4Values.data(), 8));
+  return sign | Fp4Magnitude(std::fabs(x));
 }
 
 float Fp4E2m1ToFloat(uint8_t code) { return kFp4Values[code & 15]; }

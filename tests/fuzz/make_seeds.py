@@ -185,6 +185,30 @@ def openai_requests() -> dict[str, bytes]:
     return out
 
 
+def kv_codec_seeds() -> dict[str, bytes]:
+    """Rows for kv_codec: format index (kAllKvDtypes order), dim - 1, fp32s."""
+    rng = np.random.default_rng(3)
+    normal = rng.standard_normal(64).astype("<f4").tobytes()
+    # Exact ties between fp8 / fp4 / int codes once divided by the scale.
+    ties = np.array([448, 1.0625, 0.75, 2.5, 5.0, -3.5, 0.5, 2 ** -7], dtype="<f4").tobytes()
+    special = np.array([0.0, -0.0, np.inf, 1e-40, -3e38, np.nan, 1.0, -1.0],
+                       dtype="<f4").tobytes()
+    seeds = {}
+    for index, name in enumerate(["auto", "bfloat16", "float16", "fp8_e4m3", "int8", "int4",
+                                  "fp4_e2m1"]):
+        seeds[f"{name}_d64"] = bytes([index, 63]) + normal
+        seeds[f"{name}_ties_d16"] = bytes([index, 15]) + ties
+        seeds[f"{name}_odd_d7"] = bytes([index, 6]) + normal[:28]
+    seeds["fp8_e4m3_special_d32"] = bytes([3, 31]) + special
+    seeds["int4_nan_d48"] = bytes([5, 47]) + special
+    return seeds
+
+
+def write_kv_codec_seeds() -> None:
+    for name, data in kv_codec_seeds().items():
+        write("kv_codec", name, data)
+
+
 def main() -> None:
     for name, text in configs().items():
         write("config_json", name, text)
@@ -228,6 +252,8 @@ def main() -> None:
         write("generate_request", name, data)
     for name, data in openai_requests().items():
         write("openai_request", name, data)
+
+    write_kv_codec_seeds()
 
     # The Hub chat templates the oracle test renders, over a conversation.
     sys.path.insert(0, str(ROOT / "tests" / "oracle"))

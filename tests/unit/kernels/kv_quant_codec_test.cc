@@ -3,6 +3,8 @@
 // the bound its rounding gives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -71,6 +73,57 @@ TEST(KvCodecTest, Fp4E2m1Nearest) {
     const int want = BruteNearest(x, 16, [](int c) { return Fp4E2m1ToFloat(c); });
     EXPECT_EQ(Fp4E2m1ToFloat(FloatToFp4E2m1(x)), Fp4E2m1ToFloat(want)) << x;
   }
+}
+
+// The nearest code to a >= 0 by binary search of a format's sorted
+// non-negative values (the encoders' definition, kv_quant.h), ties to the
+// even code; above the last value, the last code.
+int TableNearest(float a, const std::vector<float>& values) {
+  const int n = static_cast<int>(values.size());
+  const int c =
+      static_cast<int>(std::upper_bound(values.begin(), values.end(), a) - values.begin()) - 1;
+  if (c >= n - 1) return n - 1;
+  const double mid = 0.5 * (static_cast<double>(values[c]) + values[c + 1]);
+  if (a > mid) return c + 1;
+  if (a < mid) return c;
+  return (c & 1) == 0 ? c : c + 1;
+}
+
+// The encoder (by the bits of its input) against TableNearest on every
+// float in [0, top) at a stride, on each code's value, on each midpoint
+// between neighbouring codes and on the floats either side of them, and on
+// +-0, infinity and the largest float; negative inputs get the sign bit.
+template <typename Enc>
+void CheckAgainstTable(Enc enc, const std::vector<float>& values, float top, uint32_t stride,
+                       uint8_t sign_bit) {
+  auto check = [&](float a) {
+    const int want = TableNearest(a, values);
+    ASSERT_EQ(enc(a), want) << a;
+    ASSERT_EQ(enc(-a), want | sign_bit) << -a;
+  };
+  for (uint32_t b = 0; b < std::bit_cast<uint32_t>(top); b += stride) {
+    check(std::bit_cast<float>(b));
+  }
+  for (size_t c = 0; c + 1 < values.size(); ++c) {
+    const float mid = 0.5f * (values[c] + values[c + 1]);  // exact: short dyadics
+    for (float a : {values[c], mid, std::nextafter(mid, 0.0f), std::nextafter(mid, top)}) check(a);
+  }
+  for (float a : {0.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(),
+                  std::numeric_limits<float>::denorm_min()}) {
+    check(a);
+  }
+}
+
+TEST(KvCodecTest, Fp8E4m3EncoderMatchesTableSearch) {
+  std::vector<float> values;
+  for (int c = 0; c < 127; ++c) values.push_back(Fp8E4m3ToFloat(static_cast<uint8_t>(c)));
+  CheckAgainstTable(FloatToFp8E4m3, values, 1024.0f, 97, 0x80);
+}
+
+TEST(KvCodecTest, Fp4E2m1EncoderMatchesTableSearch) {
+  std::vector<float> values;
+  for (int c = 0; c < 8; ++c) values.push_back(Fp4E2m1ToFloat(static_cast<uint8_t>(c)));
+  CheckAgainstTable(FloatToFp4E2m1, values, 16.0f, 61, 8);
 }
 
 // Nearest-even rounding for the 16-bit formats: no neighbouring code is
@@ -233,6 +286,63 @@ TEST_P(KvRowRoundTripTest, Avx512RowsDecodeEqualsScalar) {
               << " vs " << got;
         }
       }
+    }
+  }
+}
+
+// QuantizeKvRowAvx512 writes QuantizeKvRow's bytes and scale: random rows
+// over 40 binades, rows whose values divide by the scale into exact ties
+// between codes (the scale a power of two), rows with -0, subnormals, a NaN,
+// an infinity or nothing but zeros, and a dim the vector path leaves alone.
+TEST_P(KvRowRoundTripTest, Avx512EncodeEqualsScalar) {
+  if (DetectedIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512 on this machine";
+  const KvDtype dtype = GetParam();
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float code_max = KvHasScale(dtype) ? KvCodeMax(dtype) : 1.0f;
+  std::vector<float> values;  // the format's non-negative code values
+  for (int c = 0; c <= 126; ++c) {
+    if (dtype == KvDtype::kFp8E4m3) values.push_back(Fp8E4m3ToFloat(static_cast<uint8_t>(c)));
+    if (dtype == KvDtype::kFp4E2m1 && c < 8)
+      values.push_back(Fp4E2m1ToFloat(static_cast<uint8_t>(c)));
+    if (KvHasScale(dtype) && (dtype == KvDtype::kInt8 || dtype == KvDtype::kInt4) &&
+        c <= code_max) {
+      values.push_back(static_cast<float>(c));
+    }
+  }
+  std::vector<float> ties{0.0f};  // midpoints between neighbouring code values
+  for (size_t c = 0; c + 1 < values.size(); ++c) ties.push_back(0.5f * (values[c] + values[c + 1]));
+  for (int dim : {16, 20, 48, 64, 128, 256}) {
+    for (int trial = 0; trial < 400; ++trial) {
+      std::vector<float> row(dim);
+      const float magnitude = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20);
+      for (float& x : row) x = normal(rng) * magnitude;
+      const int kind = trial % 8;
+      if (kind == 1) {  // the scale is 2^-3 exactly; every value a tie or near one
+        for (float& x : row) x = ties[rng() % ties.size()] * 0x1p-3f * (rng() % 2 ? 1.0f : -1.0f);
+        row[0] = code_max * 0x1p-3f;
+      } else if (kind == 2) {
+        row[rng() % dim] = -0.0f;
+        row[rng() % dim] = 1e-40f;
+        row[rng() % dim] = -std::numeric_limits<float>::denorm_min();
+      } else if (kind == 3) {
+        row[rng() % dim] = std::nanf("");
+      } else if (kind == 4) {
+        row[rng() % dim] = -std::numeric_limits<float>::infinity();
+      } else if (kind == 5) {
+        std::fill(row.begin(), row.end(), trial % 16 == 5 ? 0.0f : -0.0f);
+      } else if (kind == 6) {
+        row[rng() % dim] = std::numeric_limits<float>::max();
+      }
+      const int64_t bytes = KvRowBytes(dtype, dim);
+      std::vector<uint8_t> want(bytes, 0xa5), got(bytes, 0x5a);
+      const float want_s = QuantizeKvRow(dtype, row.data(), dim, want.data());
+      const float got_s = QuantizeKvRowAvx512(dtype, row.data(), dim, got.data());
+      ASSERT_EQ(want, got) << KvDtypeName(dtype) << " dim " << dim << " trial " << trial;
+      ASSERT_TRUE(std::memcmp(&want_s, &got_s, sizeof(float)) == 0 ||
+                  (std::isnan(want_s) && std::isnan(got_s)))
+          << KvDtypeName(dtype) << " dim " << dim << " trial " << trial << ": scale " << want_s
+          << " vs " << got_s;
     }
   }
 }
