@@ -292,8 +292,23 @@ void ForEachPanelChunk(const GemmParams& p, ThreadPool* pool, Body&& body) {
   pool->ParallelFor(panels, grain, [&](int64_t begin, int64_t end) { body(begin, end); });
 }
 
-// kW8A8 / kBF16Dot (gemm_dot.h): convert x's rows once, on the calling
-// thread into its scratch, then every thread reads them.
+// Runs convert(r0, r1) over rows [0, m): split across the pool when there
+// are enough elements to pay for a fork/join. Each row's conversion depends
+// on that row alone, so the split cannot change a bit.
+template <class Convert>
+void ConvertRows(int64_t m, int64_t k, ThreadPool* pool, Convert convert) {
+  constexpr int64_t kMinElementsPerChunk = 32 * 1024;
+  if (pool == nullptr || pool->num_threads() < 2 || m < 2 || m * k < 2 * kMinElementsPerChunk) {
+    convert(int64_t{0}, m);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kMinElementsPerChunk / std::max<int64_t>(1, k));
+  pool->ParallelFor(m, grain, convert);
+}
+
+// kW8A8 / kBF16Dot (gemm_dot.h): convert x's rows once into the calling
+// thread's scratch (split across the pool by rows), then every thread reads
+// them.
 void GemmDot(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
   using Body = void (*)(const GemmParams&, const internal::DotRows&, int64_t, int64_t);
   const bool avx512 = isa == CpuIsa::kAvx512, vector = avx512 || isa == CpuIsa::kAvx2;
@@ -310,7 +325,12 @@ void GemmDot(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
     bytes.resize(static_cast<size_t>(p.m * x.ld));
     scales.resize(static_cast<size_t>(p.m));
     auto quantize = avx512 ? internal::QuantizeRowsW8A8Avx512 : internal::QuantizeRowsW8A8;
-    quantize(p.x, p.ldx, p.m, p.w->k, x.shifted, bytes.data(), scales.data());
+    int8_t* codes = bytes.data();
+    float* row_scales = scales.data();
+    ConvertRows(p.m, p.w->k, pool, [&](int64_t r0, int64_t r1) {
+      quantize(p.x + r0 * p.ldx, p.ldx, r1 - r0, p.w->k, x.shifted, codes + r0 * x.ld,
+               row_scales + r0);
+    });
     x.scales = scales.data();
   } else {
     body = avx512 && HasAvx512Bf16() ? internal::GemmBf16DotPanelsAvx512Bf16
@@ -319,7 +339,10 @@ void GemmDot(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
     x.ld = internal::Bf16DotDepth(p.w->k) * 2;
     bytes.resize(static_cast<size_t>(p.m * x.ld));
     auto round = avx512 ? internal::RoundRowsBf16Avx512 : internal::RoundRowsBf16;
-    round(p.x, p.ldx, p.m, p.w->k, reinterpret_cast<uint16_t*>(bytes.data()));
+    auto* rounded = reinterpret_cast<uint16_t*>(bytes.data());
+    ConvertRows(p.m, p.w->k, pool, [&](int64_t r0, int64_t r1) {
+      round(p.x + r0 * p.ldx, p.ldx, r1 - r0, p.w->k, rounded + r0 * (x.ld / 2));
+    });
   }
   x.codes = bytes.data();
   ForEachPanelChunk(p, pool, [&](int64_t begin, int64_t end) { body(p, x, begin, end); });

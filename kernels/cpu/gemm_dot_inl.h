@@ -23,10 +23,21 @@ namespace {
 // Rows of converted x kept in L2 while a thread sweeps its column panels.
 constexpr int64_t kDotRowBlockBytes = 256 * 1024;
 
+// Where a row tile prefetches the next panel group: its NP panels at `next`
+// (nullptr: none) into L2, one 64-byte line per panel at every step s with
+// s % every == phase. The T row tiles of a group take phases 0..T-1, so the
+// next group arrives spread over the whole group's time instead of all
+// being read from memory by its own first tile.
+struct DotPrefetch {
+  const int8_t* next = nullptr;
+  int every = 1;
+  int phase = 0;
+};
+
 // y[row..row+MR) x columns [col, col + cols) of the NP panels at w.
 template <class Ops, int MR, int NP>
 inline void DotTile(const GemmParams& p, const DotRows& x, int64_t row, const int8_t* w,
-                    int64_t panel_bytes, int64_t steps, int64_t col, int64_t cols) {
+                    int64_t panel_bytes, int64_t steps, int64_t col, int64_t cols, DotPrefetch pf) {
   using VI = typename Ops::VI;
   using VF = typename Ops::VF;
   constexpr int kVecPerPanel = 16 / Ops::kLanes;
@@ -39,7 +50,13 @@ inline void DotTile(const GemmParams& p, const DotRows& x, int64_t row, const in
     for (int j = 0; j < kVecs; ++j) acc[r][j] = Ops::Zero();
   }
   const int8_t* xr = x.codes + row * x.ld;
+  int countdown = pf.phase + 1;
   for (int64_t s = 0; s < steps; ++s) {  // in order (bf16 sums are rounded)
+    if (pf.next != nullptr && --countdown == 0) {
+      countdown = pf.every;
+#pragma GCC unroll 8
+      for (int j = 0; j < NP; ++j) __builtin_prefetch(pf.next + j * panel_bytes + s * 64, 0, 2);
+    }
     typename Ops::VW wv[kVecs];
 #pragma GCC unroll 32
     for (int j = 0; j < kVecs; ++j) {
@@ -92,12 +109,12 @@ inline void DotTile(const GemmParams& p, const DotRows& x, int64_t row, const in
 template <class Ops, int NP, int R>
 inline void DotTailTile(int64_t rows, const GemmParams& p, const DotRows& x, int64_t row,
                         const int8_t* w, int64_t panel_bytes, int64_t steps, int64_t col,
-                        int64_t cols) {
+                        int64_t cols, DotPrefetch pf) {
   if constexpr (R > 0) {
     if (rows == R) {
-      DotTile<Ops, R, NP>(p, x, row, w, panel_bytes, steps, col, cols);
+      DotTile<Ops, R, NP>(p, x, row, w, panel_bytes, steps, col, cols, pf);
     } else {
-      DotTailTile<Ops, NP, R - 1>(rows, p, x, row, w, panel_bytes, steps, col, cols);
+      DotTailTile<Ops, NP, R - 1>(rows, p, x, row, w, panel_bytes, steps, col, cols, pf);
     }
   }
 }
@@ -115,12 +132,21 @@ inline void DotRowsTimesPanels(const GemmParams& p, const DotRows& x, int64_t r0
     const int64_t col = first_panel * 16;
     const int64_t cols = p.w->n - col < kNp * 16 ? p.w->n - col : kNp * 16;
     const int8_t* w = p.w->template As<int8_t>() + first_panel * panel_bytes;
-    for (int64_t row = r0; row < r1; row += MR) {
+    // With one row tile there is no later tile to hide the next group's
+    // reads behind (and decode's GEMVs stream best on the hardware
+    // prefetcher alone); prefetch only the next group of the same width.
+    const int tiles = static_cast<int>((r1 - r0 + MR - 1) / MR);
+    DotPrefetch pf;
+    if (tiles >= 2 && first_panel + 2 * kNp <= pe) {
+      pf.next = w + kNp * panel_bytes;
+      pf.every = tiles;
+    }
+    for (int64_t row = r0; row < r1; row += MR, ++pf.phase) {
       const int64_t rows = r1 - row < MR ? r1 - row : MR;
       if (rows == MR) {
-        DotTile<Ops, MR, kNp>(p, x, row, w, panel_bytes, steps, col, cols);
+        DotTile<Ops, MR, kNp>(p, x, row, w, panel_bytes, steps, col, cols, pf);
       } else {
-        DotTailTile<Ops, kNp, MR - 1>(rows, p, x, row, w, panel_bytes, steps, col, cols);
+        DotTailTile<Ops, kNp, MR - 1>(rows, p, x, row, w, panel_bytes, steps, col, cols, pf);
       }
     }
   };

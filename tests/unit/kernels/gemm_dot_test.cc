@@ -81,7 +81,10 @@ std::vector<float> Reference(const std::vector<float>& w, int64_t n, int64_t k,
 TEST(GemmDotTest, W8A8EveryPathIsTheContractBitForBit) {
   ThreadPool pool(3);
   std::mt19937 rng(21);
-  const int64_t kn[][2] = {{1, 5}, {3, 16}, {7, 33}, {64, 17}, {97, 200}, {578, 40}, {1536, 24}};
+  // The last k: x's quantization is split across the pool's threads by rows
+  // from m * k >= 64K elements (gemm.cc).
+  const int64_t kn[][2] = {{1, 5},    {3, 16},   {7, 33},    {64, 17},
+                           {97, 200}, {578, 40}, {1536, 24}, {2048, 20}};
   for (const auto& [k, n] : kn) {
     std::vector<float> w = Random(n * k, rng);
     for (int64_t kk = 0; kk < k; ++kk) w[kk] = 0.0f;  // an all-zero weight row: scale 0
@@ -216,7 +219,9 @@ std::vector<float> Bf16DotReference(const std::vector<float>& w, int64_t n, int6
 TEST(GemmDotTest, Bf16EveryPathIsTheContractBitForBit) {
   ThreadPool pool(3);
   std::mt19937 rng(31);
-  const int64_t kn[][2] = {{1, 5}, {2, 16}, {7, 33}, {64, 17}, {97, 200}, {577, 40}};
+  // The last k: x's rounding is split across the pool's threads by rows from
+  // m * k >= 64K elements (gemm.cc).
+  const int64_t kn[][2] = {{1, 5}, {2, 16}, {7, 33}, {64, 17}, {97, 200}, {577, 40}, {2305, 18}};
   for (const auto& [k, n] : kn) {
     std::vector<float> w = Random(n * k, rng);
     w[0] = 1e-39f;   // subnormal: flushed to +0
