@@ -87,6 +87,38 @@ inline float FmaLoopScalar(int64_t iters) {
 }
 constexpr double kFlopsPerIterScalar = 8 * 2;
 
+// The dot-product instructions' peak (AVX-512 only): 24 independent zmm
+// chains of vdpbf16ps (32 bf16 products, 64 FLOP each) or vpdpbusd (64 int8
+// products, 128 integer ops each); the roofline of the kBF16Dot and kW8A8
+// GEMMs, which on some cores issue at a different rate than FMAs.
+#define KVSERVE_DOT_OP(ins, r) ins " %%zmm30, %%zmm31, %%zmm" #r "\n"
+#define KVSERVE_DOT24(ins)                                                                        \
+  KVSERVE_DOT_OP(ins, 0)                                                                          \
+  KVSERVE_DOT_OP(ins, 1)                                                                          \
+  KVSERVE_DOT_OP(ins, 2) KVSERVE_DOT_OP(ins, 3) KVSERVE_DOT_OP(ins, 4) KVSERVE_DOT_OP(ins, 5)     \
+      KVSERVE_DOT_OP(ins, 6) KVSERVE_DOT_OP(ins, 7) KVSERVE_DOT_OP(ins, 8) KVSERVE_DOT_OP(ins, 9) \
+          KVSERVE_DOT_OP(ins, 10) KVSERVE_DOT_OP(ins, 11) KVSERVE_DOT_OP(ins, 12)                 \
+              KVSERVE_DOT_OP(ins, 13) KVSERVE_DOT_OP(ins, 14) KVSERVE_DOT_OP(ins, 15)             \
+                  KVSERVE_DOT_OP(ins, 16) KVSERVE_DOT_OP(ins, 17) KVSERVE_DOT_OP(ins, 18)         \
+                      KVSERVE_DOT_OP(ins, 19) KVSERVE_DOT_OP(ins, 20) KVSERVE_DOT_OP(ins, 21)     \
+                          KVSERVE_DOT_OP(ins, 22) KVSERVE_DOT_OP(ins, 23)
+#define KVSERVE_DOT_LOOP(name, isa, ins)                                                           \
+  inline __attribute__((target(isa))) void name(int64_t iters) {                                   \
+    __asm__ volatile(                                                                              \
+        "vpxord %%zmm30, %%zmm30, %%zmm30\n vpxord %%zmm31, %%zmm31, %%zmm31\n"                    \
+        "1:\n" KVSERVE_DOT24(ins) "dec %0\n jnz 1b\n vzeroupper\n"                                 \
+        : "+r"(iters)                                                                              \
+        :                                                                                          \
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
+          "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",         \
+          "xmm20", "xmm21", "xmm22", "xmm23", "xmm30", "xmm31", "cc");                             \
+  }
+KVSERVE_DOT_LOOP(DotLoopBf16, "avx512f,avx512bf16", "vdpbf16ps")
+KVSERVE_DOT_LOOP(DotLoopVnni, "avx512f,avx512vnni", "vpdpbusd")
+#undef KVSERVE_DOT_LOOP
+#undef KVSERVE_DOT24
+#undef KVSERVE_DOT_OP
+
 struct Peak {
   double wall;  // all threads at once, by wall time
   double cpu;   // the sum of each thread's rate by its own CPU time
@@ -118,6 +150,27 @@ inline Peak PeakGflops(kernels::CpuIsa isa, int threads) {
   Peak peak{flops * threads / wall / 1e9, 0.0};
   for (double t : best_cpu) peak.cpu += flops / t / 1e9;
   return peak;
+}
+
+enum class DotKind { kBf16, kVnni };
+
+// Peak G(FL)OP/s of a dot-product instruction on `threads` threads at once
+// (best of 15 by wall time). 0 when the CPU lacks it.
+inline double PeakDotGops(DotKind kind, int threads) {
+  const bool has = kind == DotKind::kBf16 ? kernels::HasAvx512Bf16() : kernels::HasAvx512Vnni();
+  if (!has) return 0.0;
+  constexpr int64_t kIters = 5'000'000;
+  const double ops = 24.0 * (kind == DotKind::kBf16 ? 64 : 128) * kIters;
+  const double wall = BestTime(15, [&] {
+    OnAllThreads(threads, [&](int) {
+      if (kind == DotKind::kBf16) {
+        DotLoopBf16(kIters);
+      } else {
+        DotLoopVnni(kIters);
+      }
+    });
+  });
+  return ops * threads / wall / 1e9;
 }
 
 }  // namespace kvserve::bench

@@ -5,6 +5,8 @@
 //   (c) GEMM GFLOP/s at prefill shapes, and the ratio to (a);
 //   (d) GEMV (m = 1, decode) bytes of W read per second with W far larger than
 //       L3, and the ratio to (b);
+//   (e) the dot-product formats' GEMMs at batched shapes against the measured
+//       peak of their instruction (vdpbf16ps, vpdpbusd);
 //   plus ThreadPool dispatch latency and decode attention.
 // No assertions; threads from $KVSERVE_NUM_THREADS, else all hardware threads.
 #include <immintrin.h>
@@ -89,6 +91,36 @@ double GemvBytesPerSecond(int64_t n, int64_t k, int count, ThreadPool* pool,
   return bytes / t;
 }
 
+// Batched decode and prefill through one transformer layer's four products
+// (fused qkv, o, fused gate_up, down) of `layers` distinct layers in turn, as
+// a step of the model runs them; the Qwen2.5-0.5B shape (hidden 896, 14 / 2
+// heads of 128, intermediate 4864), whose layers together are far beyond L3.
+// Returns G(FL)OP/s: 2 m n k per product.
+double LayerGemmGops(int64_t m, WeightFormat format, int layers, ThreadPool* pool) {
+  constexpr int64_t kHidden = 896, kInter = 4864, kQkv = 896 + 2 * 256;
+  const int64_t shapes[4][2] = {
+      {kQkv, kHidden}, {kHidden, kHidden}, {2 * kInter, kHidden}, {kHidden, kInter}};  // {n, k}
+  std::vector<PackedMatrix> mats;
+  double flops = 0;
+  for (const auto& nk : shapes) {
+    const std::vector<float> w = Random(nk[0] * nk[1], 6);
+    for (int l = 0; l < layers; ++l) mats.push_back(PackWeights(w.data(), nk[0], nk[1], format));
+    flops += 2.0 * m * nk[0] * nk[1] * layers;
+  }
+  const std::vector<float> x = Random(m * kInter, 7);
+  std::vector<float> y(static_cast<size_t>(m * 2 * kInter));
+  const double t = BestTime(5, [&] {
+    for (int l = 0; l < layers; ++l) {
+      for (int i = 0; i < 4; ++i) {
+        const PackedMatrix& mat = mats[i * layers + l];
+        GemmParams p{x.data(), mat.k, &mat, nullptr, y.data(), mat.n, m};
+        Gemm(p, pool);
+      }
+    }
+  });
+  return flops / t / 1e9;
+}
+
 // ParallelFor cost when every thread takes part: each thread's chunk busy-waits
 // 5 us, so a call takes 5 us plus the dispatch and join overhead (best of
 // many calls; a call whose workers were asleep or descheduled takes longer).
@@ -160,6 +192,10 @@ int Main() {
 
   const Peak peak_all = PeakGflops(isa, threads);
   const Peak peak_one = PeakGflops(isa, 1);
+  // Before the pool first runs: its workers spin a while after each job, and
+  // would share the cores with these measurements.
+  const double peak_bf16 = bench::PeakDotGops(bench::DotKind::kBf16, threads);
+  const double peak_vnni = bench::PeakDotGops(bench::DotKind::kVnni, threads);
   // The larger estimate of what the hardware does is the stricter denominator.
   const double peak = std::max(peak_all.wall, peak_all.cpu);
   const double peak1 = peak_one.cpu;
@@ -224,6 +260,22 @@ int Main() {
     std::printf("    %-28s | %8.2f %7.1f%% | %8.2f %7.1f%%\n",
                 (std::string(WeightFormatName(f)) + " 1536x576 x" + std::to_string(count)).c_str(),
                 b / 1e9, 100 * b / copy, b1 / 1e9, 100 * b1 / copy1);
+  }
+
+  std::printf(
+      "\n(e) dot-product GEMMs through 8 distinct Qwen2.5-0.5B layers (qkv, o, gate_up, down;\n"
+      "    bf16dot 226 MB, w8a8 113 MB): G(FL)OP/s against the instruction's peak, all threads\n");
+  std::printf("    vdpbf16ps peak %.1f GFLOP/s, vpdpbusd peak %.1f GOP/s (0: not on this CPU)\n",
+              peak_bf16, peak_vnni);
+  std::printf("    %-12s %5s | %8s %8s\n", "format", "m", "G/s", "of peak");
+  for (WeightFormat f : {WeightFormat::kBF16Dot, WeightFormat::kW8A8}) {
+    const double peak_f = f == WeightFormat::kBF16Dot ? peak_bf16 : peak_vnni;
+    if (peak_f == 0) continue;
+    for (int64_t m : {1, 8, 32, 128}) {
+      const double g = LayerGemmGops(m, f, 8, &pool);
+      std::printf("    %-12s %5ld | %8.1f %7.1f%%\n", WeightFormatName(f), static_cast<long>(m), g,
+                  100 * g / peak_f);
+    }
   }
 
   std::printf("\n    decode PagedAttention, 16 seqs, 9 heads / 3 kv heads, d=64, block 16\n");
