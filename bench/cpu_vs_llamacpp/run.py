@@ -19,10 +19,13 @@ What it does (nothing is written into the repository):
        - 32 concurrent x (128 in, 128 out): llama-batched-bench's generation
          throughput (32 x 128 / the time of its 128 decode steps, the prompt
          phase excluded) vs kvserve's generation throughput measured the same
-         way, 32 / TPOT (the p50 time per output token of a request, i.e. of a
-         32-sequence decode step; steps mixed with other requests' prefill
-         chunks count too, which can only lower it). kvserve-loadgen's output
-         tokens/s over the whole run (prefill included) is printed as well;
+         way: the output tokens all 32 requests received while all 32 were
+         decoding (from the last request's first token to the first
+         request's last token, client-side token times from kvserve-loadgen)
+         over that window's length. Also printed: 32 / TPOT p50 (a request's
+         TPOT also counts the steps that carried other requests' prefill
+         chunks, so it understates the decode rate) and kvserve-loadgen's
+         output tokens/s over the whole run (prefill included);
   4. prints the medians, the kvserve / llama.cpp ratios (of the medians, and
      the median of the per-repeat ratios), and kvserve's decode
      bytes per token against the in-run copy bandwidth (kvserve_engine_bench
@@ -139,6 +142,19 @@ class Daemon:
         self.stderr.close()
 
 
+def all_decoding_rate(phase):
+    """Output tokens/s while every request of the phase was decoding: from the
+    last first token to the first last token, counting each request's tokens
+    received inside that window (client-side times)."""
+    times = [[r["send_s"] + t / 1e3 for t in r["token_times_ms"]]
+             for r in phase["requests"] if r["num_tokens"] > 0]
+    start = max(t[0] for t in times)
+    end = min(t[-1] for t in times)
+    if end <= start:
+        raise RuntimeError("no window in which every request was decoding")
+    return sum(1 for t in times for x in t if start < x <= end) / (end - start)
+
+
 def kvserve_runs(ckpt, flags, prefix):
     d = Daemon(ckpt, flags, prefix)
     try:
@@ -150,7 +166,8 @@ def kvserve_runs(ckpt, flags, prefix):
     if single["num_failed"] or batched["num_failed"]:
         raise RuntimeError(f"kvserve requests failed; see {prefix}-*.json")
     return (PROMPT / (single["ttft_ms"]["p50"] / 1e3), 1e3 / single["tpot_ms"]["p50"],
-            BATCH * 1e3 / batched["tpot_ms"]["p50"], batched["output_token_throughput"])
+            all_decoding_rate(batched), BATCH * 1e3 / batched["tpot_ms"]["p50"],
+            batched["output_token_throughput"])
 
 
 def rss_mb(ckpt, flags):
@@ -185,14 +202,15 @@ def main():
         ggufs = make_ggufs(build, ckpt, work, shape)
         for precision in args.precisions.split(","):
             flags, outtype = PRECISIONS[precision]
-            runs = {k: [] for k in ("kv_prefill", "kv_decode", "kv_batched", "kv_batched_whole_run",
-                                    "ll_prefill", "ll_decode", "ll_batched")}
+            runs = {k: [] for k in ("kv_prefill", "kv_decode", "kv_batched", "kv_batched_tpot",
+                                    "kv_batched_whole_run", "ll_prefill", "ll_decode",
+                                    "ll_batched")}
             for r in range(args.repeats):
                 pp, tg = llama_bench(build, ggufs[outtype], args.threads)
-                kp, kd, kb, kw = kvserve_runs(ckpt, flags,
-                                              os.path.join(work, f"{shape}-{precision}-{r}"))
+                kp, kd, kb, kt, kw = kvserve_runs(ckpt, flags,
+                                                  os.path.join(work, f"{shape}-{precision}-{r}"))
                 lb = llama_batched(build, ggufs[outtype], args.threads)
-                for k, v in zip(runs, (kp, kd, kb, kw, pp, tg, lb)):
+                for k, v in zip(runs, (kp, kd, kb, kt, kw, pp, tg, lb)):
                     runs[k].append(v)
             med = {k: statistics.median(v) for k, v in runs.items()}
             med["rss_mb"] = rss_mb(ckpt, flags)
@@ -207,8 +225,8 @@ def main():
                 print(f"  {what:8s} kvserve {k:8.1f} tok/s  llama.cpp {l:8.1f} tok/s  ratio {k / l:.2f}x"
                       f"  (per repeat {' / '.join(f'{x:.2f}' for x in paired)},"
                       f" median {med['ratio_' + what]:.2f}x)")
-            print(f"  kvserve batched output tok/s over the whole run (prefill included): "
-                  f"{med['kv_batched_whole_run']:.1f}")
+            print(f"  kvserve batched 32 / TPOT p50: {med['kv_batched_tpot']:.1f} tok/s; output tok/s"
+                  f" over the whole run (prefill included): {med['kv_batched_whole_run']:.1f}")
             print(f"  kvserve RSS (idle, model loaded): {med['rss_mb']:.0f} MiB")
             sys.stdout.flush()
     if args.out:
