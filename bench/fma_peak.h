@@ -92,16 +92,15 @@ constexpr double kFlopsPerIterScalar = 8 * 2;
 // products, 128 integer ops each); the roofline of the kBF16Dot and kW8A8
 // GEMMs, which on some cores issue at a different rate than FMAs.
 #define KVSERVE_DOT_OP(ins, r) ins " %%zmm30, %%zmm31, %%zmm" #r "\n"
-#define KVSERVE_DOT24(ins)                                                                        \
-  KVSERVE_DOT_OP(ins, 0)                                                                          \
-  KVSERVE_DOT_OP(ins, 1)                                                                          \
-  KVSERVE_DOT_OP(ins, 2) KVSERVE_DOT_OP(ins, 3) KVSERVE_DOT_OP(ins, 4) KVSERVE_DOT_OP(ins, 5)     \
-      KVSERVE_DOT_OP(ins, 6) KVSERVE_DOT_OP(ins, 7) KVSERVE_DOT_OP(ins, 8) KVSERVE_DOT_OP(ins, 9) \
-          KVSERVE_DOT_OP(ins, 10) KVSERVE_DOT_OP(ins, 11) KVSERVE_DOT_OP(ins, 12)                 \
-              KVSERVE_DOT_OP(ins, 13) KVSERVE_DOT_OP(ins, 14) KVSERVE_DOT_OP(ins, 15)             \
-                  KVSERVE_DOT_OP(ins, 16) KVSERVE_DOT_OP(ins, 17) KVSERVE_DOT_OP(ins, 18)         \
-                      KVSERVE_DOT_OP(ins, 19) KVSERVE_DOT_OP(ins, 20) KVSERVE_DOT_OP(ins, 21)     \
-                          KVSERVE_DOT_OP(ins, 22) KVSERVE_DOT_OP(ins, 23)
+// clang-format off
+#define KVSERVE_DOT24(ins)                                                                  \
+  KVSERVE_DOT_OP(ins, 0)  KVSERVE_DOT_OP(ins, 1)  KVSERVE_DOT_OP(ins, 2)  KVSERVE_DOT_OP(ins, 3)  \
+  KVSERVE_DOT_OP(ins, 4)  KVSERVE_DOT_OP(ins, 5)  KVSERVE_DOT_OP(ins, 6)  KVSERVE_DOT_OP(ins, 7)  \
+  KVSERVE_DOT_OP(ins, 8)  KVSERVE_DOT_OP(ins, 9)  KVSERVE_DOT_OP(ins, 10) KVSERVE_DOT_OP(ins, 11) \
+  KVSERVE_DOT_OP(ins, 12) KVSERVE_DOT_OP(ins, 13) KVSERVE_DOT_OP(ins, 14) KVSERVE_DOT_OP(ins, 15) \
+  KVSERVE_DOT_OP(ins, 16) KVSERVE_DOT_OP(ins, 17) KVSERVE_DOT_OP(ins, 18) KVSERVE_DOT_OP(ins, 19) \
+  KVSERVE_DOT_OP(ins, 20) KVSERVE_DOT_OP(ins, 21) KVSERVE_DOT_OP(ins, 22) KVSERVE_DOT_OP(ins, 23)
+// clang-format on
 #define KVSERVE_DOT_LOOP(name, isa, ins)                                                           \
   inline __attribute__((target(isa))) void name(int64_t iters) {                                   \
     __asm__ volatile(                                                                              \

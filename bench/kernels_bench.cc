@@ -192,8 +192,9 @@ int Main() {
 
   const Peak peak_all = PeakGflops(isa, threads);
   const Peak peak_one = PeakGflops(isa, 1);
-  // Before the pool first runs: its workers spin a while after each job, and
-  // would share the cores with these measurements.
+  // Measured first, beside the FMA peak: measured after the GEMV and
+  // attention sections they once read half their value (cause not found; an
+  // idle pool was checked to use no CPU).
   const double peak_bf16 = bench::PeakDotGops(bench::DotKind::kBf16, threads);
   const double peak_vnni = bench::PeakDotGops(bench::DotKind::kVnni, threads);
   // The larger estimate of what the hardware does is the stricter denominator.
