@@ -42,8 +42,10 @@ if [ "${KVSERVE_SKIP_PYTHON:-0}" != "1" ]; then
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup: creating the Python test oracle in .venv (transformers, torch, tokenizers)"
     python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q -r "$req"
+    # No wheel cache: torch's wheels alone are ~3 GB, and .venv already
+    # takes ~6 GB of disk.
+    "$venv/bin/python" -m pip install -q --no-cache-dir --upgrade pip
+    "$venv/bin/python" -m pip install -q --no-cache-dir -r "$req"
     echo "$want" > "$stamp"
   fi
 fi
