@@ -52,6 +52,7 @@ void DecodeRowByRow(DecodeRow decode, KvDtype dtype, const uint8_t* src, const f
 // the same three, each with a fixed operation order of its own. ----
 
 struct ScalarOps {
+  static constexpr bool kIntegerCodes = false;  // the integer-code path is AVX-512 only
   // s[j] = dot(q, keys[j]) * scale
   static void Scores(const float* q, const float* const* keys, int n, int dim, float scale,
                      float* s) {
@@ -195,6 +196,7 @@ __attribute__((target("avx2,fma"))) void AccumulateAvx2(float* out, float corr, 
 }
 
 struct Avx2Ops {
+  static constexpr bool kIntegerCodes = false;
   static void Scores(const float* q, const float* const* keys, int n, int dim, float scale,
                      float* s) {
     ScoresAvx2(q, keys, n, dim, scale, s);
@@ -219,6 +221,7 @@ struct Avx2Ops {
 // AVX-512F (head_dim a multiple of 16): all heads of the pass per key row
 // (attention_avx512.cc); rows decode 16 values at a time.
 struct Avx512Ops {
+  static constexpr bool kIntegerCodes = true;  // when UsesIntegerCodeAttention
   static void DecodeRows(KvDtype dtype, const uint8_t* src, const float* scales, int rows, int dim,
                          float* dst) {
     DequantizeKvRowsAvx512(dtype, src, scales, rows, dim, dst);
@@ -295,8 +298,15 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
 
   const float* keys[kTile];
   const float* vals[kTile];
-  // Packed formats: rows decoded into this thread's scratch tile.
-  const bool packed = p.kv_dtype != KvDtype::kFloat32;
+  // Integer codes (attention.h): rows read as codes, with their scales.
+  internal::CodeQuery code_query;
+  const bool codes = Ops::kIntegerCodes && UsesIntegerCodeAttention(p.kv_dtype, dim) &&
+                     internal::PrepareCodeQuery(p, pass, &code_query);
+  const uint8_t* k_rows[kTile];
+  const uint8_t* v_rows[kTile];
+  float k_scales[kTile], v_scales[kTile];
+  // Other packed formats: rows decoded into this thread's scratch tile.
+  const bool packed = p.kv_dtype != KvDtype::kFloat32 && !codes;
   const int64_t row_bytes = KvRowBytes(p.kv_dtype, dim);
   const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
   const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
@@ -305,7 +315,14 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
     const int j0 = std::max(lo, tile);
     const int n = std::min(pos + 1, tile + kTile) - j0;
     cursor.ForEachRun(n, [&](int i, int64_t row, int run) {
-      if (packed) {
+      if (codes) {
+        for (int r = 0; r < run; ++r) {
+          k_rows[i + r] = k_bytes + (row + r) * row_bytes;
+          v_rows[i + r] = v_bytes + (row + r) * row_bytes;
+          k_scales[i + r] = p.k_scales[row + r];
+          v_scales[i + r] = p.v_scales[row + r];
+        }
+      } else if (packed) {
         float* kd = scratch + static_cast<int64_t>(i) * dim;
         float* vd = scratch + static_cast<int64_t>(kTile + i) * dim;
         const float* ks = p.k_scales != nullptr ? p.k_scales + row : nullptr;
@@ -343,7 +360,14 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
         }
       }
     });
-    Ops::Tile(p, pass, keys, vals, n);
+    if (codes) {
+      std::fill(k_scales + n, k_scales + kTile, 1.0f);  // finite, for the masked lanes
+      std::fill(v_scales + n, v_scales + kTile, 1.0f);
+      internal::AttendCodeTileAvx512Vnni(p, pass, code_query, k_rows, k_scales, v_rows, v_scales,
+                                         n);
+    } else {
+      Ops::Tile(p, pass, keys, vals, n);
+    }
   }
   for (int g = 0; g < count; ++g) {
     const float inv = 1.0f / pass.l[g];
@@ -366,6 +390,50 @@ void AttendItems(const PagedAttentionParams& p, int64_t begin, int64_t end) {
 }
 
 }  // namespace
+
+bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim) {
+  const bool integer_codes =
+      dtype == KvDtype::kInt8 || dtype == KvDtype::kInt4 || dtype == KvDtype::kFp4E2m1;
+  return integer_codes && head_dim > 0 && head_dim % 64 == 0 && head_dim <= 256 &&
+         ActiveIsa() >= CpuIsa::kAvx512 && HasAvx512Vnni() && HasAvx512Bw();
+}
+
+float QuantizeQueryInt8(const float* q, int dim, int8_t* q8) {
+  float max_abs = 0.0f;
+  for (int d = 0; d < dim; ++d) {
+    if (!std::isfinite(q[d])) return std::numeric_limits<float>::quiet_NaN();
+    max_abs = std::max(max_abs, std::fabs(q[d]));
+  }
+  const float inv = max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
+  for (int d = 0; d < dim; ++d) q8[d] = static_cast<int8_t>(std::nearbyint(q[d] * inv));
+  return max_abs / 127.0f;
+}
+
+namespace internal {
+
+bool PrepareCodeQuery(const PagedAttentionParams& p, const HeadPass& pass, CodeQuery* query) {
+  const int dim = p.head_dim;
+  const bool nibbles = p.kv_dtype != KvDtype::kInt8;  // two codes per byte
+  const int bias = p.kv_dtype == KvDtype::kInt8 ? 128 : p.kv_dtype == KvDtype::kInt4 ? 8 : 12;
+  const float unit = p.kv_dtype == KvDtype::kFp4E2m1 ? 0.5f : 1.0f;  // fp4 codes are 2 v
+  int8_t q8[256];
+  for (int g = 0; g < pass.count; ++g) {
+    const float q_scale = QuantizeQueryInt8(pass.q[g], dim, q8);
+    if (std::isnan(q_scale)) return false;
+    int32_t sum = 0;
+    for (int d = 0; d < dim; ++d) {
+      sum += q8[d];
+      // Nibble formats: in each 64-value piece, the even values first.
+      const int at = nibbles ? d / 64 * 64 + (d % 2) * 32 + (d % 64) / 2 : d;
+      query->q[g][at] = q8[d];
+    }
+    query->offset[g] = bias * sum;
+    query->scale[g] = q_scale * p.scale * unit;
+  }
+  return true;
+}
+
+}  // namespace internal
 
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool) {
   const CpuIsa isa = ActiveIsa();

@@ -65,7 +65,25 @@ struct PagedAttentionParams {
 // Other formats than fp32: each key tile's rows are decoded into a
 // per-thread fp32 tile (2 x 32 rows) and attended as fp32 rows are; a row
 // decodes the same wherever it is read, so the invariance above holds.
+//
+// Integer codes (int8, int4, fp4 e2m1, head_dim a multiple of 64 up to 256,
+// when UsesIntegerCodeAttention): no fp32 tile. Each (token, head)'s q is
+// quantized to int8 once (QuantizeQueryInt8, as llama.cpp quantizes q for
+// its 8-bit K), so a score is an exact integer dot product of codes (AVX-512
+// VNNI vpdpbusd) times q's and the key row's scales; p.v stays fp32, the V
+// codes widened in registers and each row's scale folded into its weight.
+// The query's rounding is the only approximation added: it is the same for
+// every key and tile, so the invariance above holds on this path too.
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool);
+
+// True when PagedAttention takes the integer-code path above for rows of
+// `dtype` and `head_dim` on ActiveIsa() (AVX-512 with VNNI and BW).
+bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim);
+
+// The query rounding of that path: q8[d] = q[d] * (127 / max|q|) rounded to
+// nearest even, in fp32; returns the scale max|q| / 127 (0 for a zero q;
+// NaN when q holds a NaN or an infinity, and then q8 is unspecified).
+float QuantizeQueryInt8(const float* q, int dim, int8_t* q8);
 
 struct WriteKvParams {
   const float* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], row stride src_stride

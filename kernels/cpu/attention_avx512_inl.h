@@ -2,7 +2,9 @@
 // (attention_avx512.cc, attention_codes_avx512.cc). Include it inside a
 // KVSERVE_TARGET_BEGIN region that has at least avx512f. The functions have
 // internal linkage: each file's copy is compiled for that file's target, so
-// a linker can never pick a copy built for a larger instruction set.
+// a linker can never pick a copy built for a larger instruction set. Include
+// <algorithm>, <cmath> and attention_internal.h before the region too, so
+// that the includes below find them done.
 #pragma once
 
 #include <immintrin.h>

@@ -3,6 +3,8 @@
 // attention_avx512.cc (the AVX-512 tile step).
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/cpu/attention.h"
 
 namespace kvserve::kernels::internal {
@@ -31,5 +33,29 @@ bool Avx512AttentionSupports(int head_dim);
 // whatever the pass's head count and the tile's place in the batch.
 void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
                       const float* const* vals, int n);
+
+// The integer-code path (attention.h): every head of a pass with its q
+// quantized to int8, in the order the format's key codes are unpacked in
+// (int4 and fp4 rows hold two codes per byte: each 64-value piece of q is
+// stored as its even then its odd values), with the constants that turn
+// sum_d u[d] * q8[d] over the unsigned codes u = code + bias into a score.
+struct CodeQuery {
+  alignas(64) int8_t q[kMaxHeadsPerPass][256];
+  int32_t offset[kMaxHeadsPerPass];  // bias * sum_d q8[d]
+  float scale[kMaxHeadsPerPass];     // q's scale * attention scale (* 1/2 for fp4)
+};
+
+// Fills `query` for the pass; false when a head's q is not finite (the pass
+// then takes the fp32-tile path). Needs UsesIntegerCodeAttention.
+bool PrepareCodeQuery(const PagedAttentionParams& p, const HeadPass& pass, CodeQuery* query);
+
+// One key tile (n <= kAttentionKeyTile keys) of the integer-code path:
+// k_rows / v_rows point at the cache rows' codes, k_scales / v_scales hold
+// their scales (kAttentionKeyTile of each; past n any finite value). Needs
+// AVX-512F, BW and VNNI; each head's result is bit-identical whatever the
+// pass's head count and the tile's place in the batch.
+void AttendCodeTileAvx512Vnni(const PagedAttentionParams& p, HeadPass& pass, const CodeQuery& query,
+                              const uint8_t* const* k_rows, const float* k_scales,
+                              const uint8_t* const* v_rows, const float* v_scales, int n);
 
 }  // namespace kvserve::kernels::internal

@@ -62,6 +62,14 @@ bool HasAvx512Vnni() {
   return has;
 }
 
+bool HasAvx512Bw() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return DetectedIsa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bw");
+  }();
+  return has;
+}
+
 bool HasAvx512Bf16() {
   static const bool has = [] {
     __builtin_cpu_init();

@@ -18,6 +18,8 @@ const char* IsaName(CpuIsa isa);
 bool HasAvx512Vnni();
 // AVX512-BF16 (vdpbf16ps), used likewise by bf16 dot products.
 bool HasAvx512Bf16();
+// AVX512-BW (byte and word lanes), with VNNI for attention over integer KV codes.
+bool HasAvx512Bw();
 
 // Tests: while alive, ActiveIsa() returns min(isa, DetectedIsa()), so every
 // kernel's ISA paths can be compared in one process. Process-wide; create

@@ -211,7 +211,15 @@ class Paged {
     const int kvh = head / (c_.heads / c_.kv_heads);
     const int64_t rb = KvRowBytes(dt_, c_.dim);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c_.dim));
-    const float* q = &q_[s][(int64_t{p} * c_.heads + head) * c_.dim];
+    const float* q_row = &q_[s][(int64_t{p} * c_.heads + head) * c_.dim];
+    // The integer-code path attends with q rounded to int8 (attention.h):
+    // so does the reference then, leaving the same fp32 arithmetic to bound.
+    std::vector<double> q(q_row, q_row + c_.dim);
+    if (UsesIntegerCodeAttention(dt_, c_.dim)) {
+      std::vector<int8_t> q8(c_.dim);
+      const float q_scale = QuantizeQueryInt8(q_row, c_.dim, q8.data());
+      for (int d = 0; d < c_.dim; ++d) q[d] = q8[d] * double{q_scale};
+    }
     std::vector<double> w(p + 1), out(c_.dim, 0.0);
     double mx = -1e300, sum = 0;
     for (int j = 0; j <= p; ++j) {
@@ -255,9 +263,11 @@ class KvQuantAttentionTest : public ::testing::TestWithParam<KvDtype> {};
 // step (decode) is bit-identical to all at once (prefill).
 TEST_P(KvQuantAttentionTest, ShortContextsMatchReference) {
   ThreadPool two(2);
-  // Dims 37 and 20 take the AVX-512 path's fallback; 64 and 48 the path.
+  // Dims 37 and 20 take the AVX-512 path's fallback; 64, 48 and 128 the
+  // path, and 64 and 128 the integer-code path for int8, int4 and fp4.
   for (const Case& c : {Case{6, 2, 37, 16, {1, 54, 97}}, Case{4, 1, 20, 8, {97, 1, 54}},
-                        Case{9, 3, 64, 16, {54, 1, 97}}, Case{7, 1, 48, 8, {97, 54}}}) {
+                        Case{9, 3, 64, 16, {54, 1, 97}}, Case{7, 1, 48, 8, {97, 54}},
+                        Case{8, 2, 128, 16, {54, 97}}}) {
     for (CpuIsa isa : Isas()) {
       SCOPED_TRACE(std::string(IsaName(isa)) + " dim " + std::to_string(c.dim));
       ScopedIsaOverride force(isa);
