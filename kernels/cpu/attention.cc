@@ -398,14 +398,22 @@ bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim) {
          ActiveIsa() >= CpuIsa::kAvx512 && HasAvx512Vnni() && HasAvx512Bw();
 }
 
-float QuantizeQueryInt8(const float* q, int dim, int8_t* q8) {
+float QuantizeQueryInt8(const float* q, int dim, int8_t* q8, int8_t* q8_low) {
   float max_abs = 0.0f;
   for (int d = 0; d < dim; ++d) {
     if (!std::isfinite(q[d])) return std::numeric_limits<float>::quiet_NaN();
     max_abs = std::max(max_abs, std::fabs(q[d]));
   }
   const float inv = max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
-  for (int d = 0; d < dim; ++d) q8[d] = static_cast<int8_t>(std::nearbyint(q[d] * inv));
+  for (int d = 0; d < dim; ++d) {
+    const float x = q[d] * inv;
+    const float high = std::nearbyint(x);
+    q8[d] = static_cast<int8_t>(high);
+    if (q8_low != nullptr) {
+      q8_low[d] =
+          static_cast<int8_t>(std::clamp(std::nearbyint((x - high) * 256.0f), -127.0f, 127.0f));
+    }
+  }
   return max_abs / 127.0f;
 }
 
@@ -416,18 +424,25 @@ bool PrepareCodeQuery(const PagedAttentionParams& p, const HeadPass& pass, CodeQ
   const bool nibbles = p.kv_dtype != KvDtype::kInt8;  // two codes per byte
   const int bias = p.kv_dtype == KvDtype::kInt8 ? 128 : p.kv_dtype == KvDtype::kInt4 ? 8 : 12;
   const float unit = p.kv_dtype == KvDtype::kFp4E2m1 ? 0.5f : 1.0f;  // fp4 codes are 2 v
-  int8_t q8[256];
+  query->digits = p.kv_dtype == KvDtype::kInt8 ? 2 : 1;
+  int8_t q8[256], q8_low[256];
   for (int g = 0; g < pass.count; ++g) {
-    const float q_scale = QuantizeQueryInt8(pass.q[g], dim, q8);
+    const float q_scale =
+        QuantizeQueryInt8(pass.q[g], dim, q8, query->digits == 2 ? q8_low : nullptr);
     if (std::isnan(q_scale)) return false;
-    int32_t sum = 0;
+    int32_t sum = 0, sum_low = 0;
     for (int d = 0; d < dim; ++d) {
-      sum += q8[d];
       // Nibble formats: in each 64-value piece, the even values first.
       const int at = nibbles ? d / 64 * 64 + (d % 2) * 32 + (d % 64) / 2 : d;
       query->q[g][at] = q8[d];
+      sum += q8[d];
+      if (query->digits == 2) {
+        query->q_low[g][at] = q8_low[d];
+        sum_low += q8_low[d];
+      }
     }
     query->offset[g] = bias * sum;
+    query->offset_low[g] = bias * sum_low;
     query->scale[g] = q_scale * p.scale * unit;
   }
   return true;

@@ -68,22 +68,27 @@ struct PagedAttentionParams {
 //
 // Integer codes (int8, int4, fp4 e2m1, head_dim a multiple of 64 up to 256,
 // when UsesIntegerCodeAttention): no fp32 tile. Each (token, head)'s q is
-// quantized to int8 once (QuantizeQueryInt8, as llama.cpp quantizes q for
-// its 8-bit K), so a score is an exact integer dot product of codes (AVX-512
-// VNNI vpdpbusd) times q's and the key row's scales; p.v stays fp32, the V
-// codes widened in registers and each row's scale folded into its weight.
-// The query's rounding is the only approximation added: it is the same for
-// every key and tile, so the invariance above holds on this path too.
+// rounded once to int8 digits (QuantizeQueryInt8): two for int8 rows (q to
+// 1/32512 of its largest value, far below the rows' own 1/254), one for the
+// 4-bit formats (whose step is 16 times int8's; llama.cpp rounds q to int8
+// for its 8-bit K likewise). A score is then an exact integer dot product
+// of codes (AVX-512 VNNI vpdpbusd) times q's and the key row's scales; p.v
+// stays fp32, the V codes widened in registers and each row's scale folded
+// into its weight. The query's rounding is the only approximation added; it
+// is the same for every key and tile, so the invariance above holds.
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool);
 
 // True when PagedAttention takes the integer-code path above for rows of
 // `dtype` and `head_dim` on ActiveIsa() (AVX-512 with VNNI and BW).
 bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim);
 
-// The query rounding of that path: q8[d] = q[d] * (127 / max|q|) rounded to
-// nearest even, in fp32; returns the scale max|q| / 127 (0 for a zero q;
-// NaN when q holds a NaN or an infinity, and then q8 is unspecified).
-float QuantizeQueryInt8(const float* q, int dim, int8_t* q8);
+// The query rounding of that path, in fp32: x = q[d] * (127 / max|q|),
+// q8[d] = x rounded to nearest even; with q8_low, also
+// q8_low[d] = (x - q8[d]) * 256 rounded likewise, clamped to [-127, 127],
+// so q[d] ~ scale * (q8[d] + q8_low[d] / 256). Returns the scale
+// max|q| / 127 (0 for a zero q; NaN when q holds a NaN or an infinity, and
+// then the digits are unspecified).
+float QuantizeQueryInt8(const float* q, int dim, int8_t* q8, int8_t* q8_low = nullptr);
 
 struct WriteKvParams {
   const float* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], row stride src_stride

@@ -3,6 +3,7 @@
 //   score_j = (sum_d u_j[d] * q8[d] - offset) * q_scale * k_scale_j
 //             u = code + bias, unsigned (vpdpbusd multiplies u8 by s8);
 //             the sum is an exact integer, so its order does not matter
+//             (int8 rows: 256 times that plus the low digit's, q_scale / 256)
 //   weights = exp(score - m_new) (attention_avx512_inl.h's softmax step)
 //   out     = out * corr + sum_j (w_j * v_scale_j) * code_j   (fp32 FMAs,
 //             j in order, codes widened in registers)
@@ -66,10 +67,9 @@ inline __m512i NibblesEvenOdd64(const uint8_t* src) {
 }
 
 // What each format contributes: its 64-value pieces of a row as unsigned
-// codes u = code + kBias, and a row's 16 values from element d as fp32
-// codes (the value over the row's scale, times kValueUnit's inverse).
+// codes u = code + bias (PrepareCodeQuery takes the bias off again), and a
+// row's 16 values from element d as fp32, before the row's scale.
 struct Int8Codes {
-  static constexpr int kBias = 128;
   static __m512i Unsigned64(const uint8_t* row, int piece) {
     return _mm512_xor_si512(_mm512_loadu_si512(row + 64 * piece), _mm512_set1_epi8(-128));
   }
@@ -81,7 +81,6 @@ struct Int8Codes {
 
 // int4: nibble n holds code (n ^ 8) - 8, so u = n ^ 8 = code + 8.
 struct Int4Codes {
-  static constexpr int kBias = 8;
   static __m512i Unsigned64(const uint8_t* row, int piece) {
     return _mm512_xor_si512(NibblesEvenOdd64(row + 32 * piece), _mm512_set1_epi8(8));
   }
@@ -95,7 +94,6 @@ struct Int4Codes {
 // fp4 e2m1: twice a code's value is an integer in [-12, 12]; u = 2 v + 12
 // (the query's scale carries the 1/2).
 struct Fp4Codes {
-  static constexpr int kBias = 12;
   static __m512i Unsigned64(const uint8_t* row, int piece) {
     const __m512i twice_plus_12 = _mm512_broadcast_i32x4(
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
@@ -108,10 +106,11 @@ struct Fp4Codes {
   }
 };
 
-// Scores of the nk (<= 16) keys whose unsigned codes are rows u[0, nk) for
-// one head; lanes past nk = -inf.
-inline __m512 CodeScores16(const int8_t* q8, const uint8_t (*u)[kMaxDim], int nk, int pieces,
-                           int32_t offset, float q_scale, __m512 k_scales) {
+// sum_d u_i[d] * q8[d] - offset for the nk (<= 16) keys whose unsigned
+// codes are rows u[0, nk) (lanes past nk: a copy of the last key's). Exact;
+// |result| <= 256 * 128 * 127 < 2^22.
+inline __m512i CodeDots16(const int8_t* q8, const uint8_t (*u)[kMaxDim], int nk, int pieces,
+                          int32_t offset) {
   __m512i a[16];
   for (int i = 0; i < 16; ++i) a[i] = _mm512_setzero_si512();
   for (int c = 0; c < pieces; ++c) {
@@ -121,9 +120,22 @@ inline __m512 CodeScores16(const int8_t* q8, const uint8_t (*u)[kMaxDim], int nk
       a[i] = _mm512_dpbusd_epi32(a[i], _mm512_load_si512(row + 64 * c), qc);
     }
   }
-  const __m512i dots = _mm512_sub_epi32(Sum16EachI32(a), _mm512_set1_epi32(offset));
+  return _mm512_sub_epi32(Sum16EachI32(a), _mm512_set1_epi32(offset));
+}
+
+// Head g's scores of those keys; lanes past nk = -inf. Two digits combine
+// as 256 * high + low in int32 (|sum| < 2^30), one rounding to fp32.
+inline __m512 CodeScores16(const CodeQuery& query, int g, const uint8_t (*u)[kMaxDim], int nk,
+                           int pieces, __m512 k_scales) {
+  __m512i dots = CodeDots16(query.q[g], u, nk, pieces, query.offset[g]);
+  float scale = query.scale[g];
+  if (query.digits == 2) {
+    dots = _mm512_add_epi32(_mm512_slli_epi32(dots, 8),
+                            CodeDots16(query.q_low[g], u, nk, pieces, query.offset_low[g]));
+    scale *= 1.0f / 256.0f;
+  }
   const __m512 s =
-      _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dots), _mm512_set1_ps(q_scale)), k_scales);
+      _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dots), _mm512_set1_ps(scale)), k_scales);
   const __mmask16 valid = static_cast<__mmask16>((1u << nk) - 1);
   return _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s);
 }
@@ -144,12 +156,9 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
   alignas(64) float w[kMaxHeadsPerPass][kTile];
   float corr[kMaxHeadsPerPass];
   for (int g = 0; g < pass.count; ++g) {
-    const int8_t* q8 = query.q[g];
-    const __m512 s0 =
-        CodeScores16(q8, u, std::min(n, 16), pieces, query.offset[g], query.scale[g], ks0);
-    const __m512 s1 =
-        n > 16 ? CodeScores16(q8, u + 16, n - 16, pieces, query.offset[g], query.scale[g], ks1)
-               : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    const __m512 s0 = CodeScores16(query, g, u, std::min(n, 16), pieces, ks0);
+    const __m512 s1 = n > 16 ? CodeScores16(query, g, u + 16, n - 16, pieces, ks1)
+                             : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     SoftmaxStep(p, pass, g, n, s0, s1, w[g], &corr[g]);
     // Each value row's scale moves onto its weight (the weights of keys
     // past n are 0, their scales finite).

@@ -35,14 +35,18 @@ void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float
                       const float* const* vals, int n);
 
 // The integer-code path (attention.h): every head of a pass with its q
-// quantized to int8, in the order the format's key codes are unpacked in
-// (int4 and fp4 rows hold two codes per byte: each 64-value piece of q is
-// stored as its even then its odd values), with the constants that turn
-// sum_d u[d] * q8[d] over the unsigned codes u = code + bias into a score.
+// rounded to one or two int8 digits (q ~ scale' * (q + q_low / 256)), in
+// the order the format's key codes are unpacked in (int4 and fp4 rows hold
+// two codes per byte: each 64-value piece of q is stored as its even then
+// its odd values), with the constants that turn sum_d u[d] * digit[d] over
+// the unsigned codes u = code + bias into a score.
 struct CodeQuery {
+  int digits = 1;  // 2 for int8 rows
   alignas(64) int8_t q[kMaxHeadsPerPass][256];
-  int32_t offset[kMaxHeadsPerPass];  // bias * sum_d q8[d]
-  float scale[kMaxHeadsPerPass];     // q's scale * attention scale (* 1/2 for fp4)
+  alignas(64) int8_t q_low[kMaxHeadsPerPass][256];  // digits == 2
+  int32_t offset[kMaxHeadsPerPass];                 // bias * sum_d q[d]
+  int32_t offset_low[kMaxHeadsPerPass];             // bias * sum_d q_low[d]
+  float scale[kMaxHeadsPerPass];                    // q's scale * attention scale (* 1/2 for fp4)
 };
 
 // Fills `query` for the pass; false when a head's q is not finite (the pass

@@ -212,13 +212,16 @@ class Paged {
     const int64_t rb = KvRowBytes(dt_, c_.dim);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c_.dim));
     const float* q_row = &q_[s][(int64_t{p} * c_.heads + head) * c_.dim];
-    // The integer-code path attends with q rounded to int8 (attention.h):
-    // so does the reference then, leaving the same fp32 arithmetic to bound.
+    // The integer-code path attends with q rounded to int8 digits (two for
+    // int8 rows; attention.h): so does the reference then, leaving the same
+    // fp32 arithmetic to bound.
     std::vector<double> q(q_row, q_row + c_.dim);
     if (UsesIntegerCodeAttention(dt_, c_.dim)) {
-      std::vector<int8_t> q8(c_.dim);
-      const float q_scale = QuantizeQueryInt8(q_row, c_.dim, q8.data());
-      for (int d = 0; d < c_.dim; ++d) q[d] = q8[d] * double{q_scale};
+      const bool two = dt_ == KvDtype::kInt8;
+      std::vector<int8_t> q8(c_.dim), q8_low(c_.dim, 0);
+      const float q_scale =
+          QuantizeQueryInt8(q_row, c_.dim, q8.data(), two ? q8_low.data() : nullptr);
+      for (int d = 0; d < c_.dim; ++d) q[d] = (q8[d] + q8_low[d] / 256.0) * double{q_scale};
     }
     std::vector<double> w(p + 1), out(c_.dim, 0.0);
     double mx = -1e300, sum = 0;
