@@ -27,6 +27,7 @@ namespace {
 
 constexpr int kHeads = 9, kKvHeads = 3, kDim = 64, kBlock = 16;
 int kSeqs = 8, kCtx = 8192;  // --seqs, --ctx
+int kQueries = 1;            // --queries: query tokens per sequence (a prefill chunk's)
 
 struct Result {
   double seconds;
@@ -107,8 +108,10 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
   for (int s = 0; s < kSeqs; ++s) {
     starts.push_back(static_cast<int32_t>(ids.size()));
     for (int b = 0; b < blocks_per_seq; ++b) ids.push_back(s * blocks_per_seq + b);
-    tok_seq.push_back(s);
-    tok_pos.push_back(kCtx - 1);
+    for (int i = 0; i < kQueries; ++i) {  // the last kQueries positions, as a prefill chunk
+      tok_seq.push_back(s);
+      tok_pos.push_back(kCtx - kQueries + i);
+    }
   }
   starts.push_back(static_cast<int32_t>(ids.size()));
   // Write every slot through the kernel, 1024 tokens at a time.
@@ -132,7 +135,7 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
                            .head_dim = kDim,
                            .block_size = kBlock});
   }
-  std::vector<float> q(kSeqs * kHeads * kDim), out(q.size());
+  std::vector<float> q(int64_t{kSeqs} * kQueries * kHeads * kDim), out(q.size());
   for (float& f : q) f = dist(rng);
   const kernels::PagedAttentionParams p{.q = q.data(),
                                         .q_stride = kHeads * kDim,
@@ -142,7 +145,7 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
                                         .kv_dtype = dtype,
                                         .k_scales = cache.k_scales(0),
                                         .v_scales = cache.v_scales(0),
-                                        .num_tokens = kSeqs,
+                                        .num_tokens = kSeqs * kQueries,
                                         .num_heads = kHeads,
                                         .num_kv_heads = kKvHeads,
                                         .head_dim = kDim,
@@ -158,7 +161,10 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
 }
 
 // Flags: --reps=N (best of N calls, default 5), --formats=a,b (default all),
-// --seqs=N, --ctx=N (a multiple of 16), --threads=N (default: all cores).
+// --seqs=N, --ctx=N (a multiple of 16), --threads=N (default: all cores),
+// --queries=N (default 1: decode; N > 1: each sequence's last N positions
+// attend at once, as a prefill chunk's tokens do; "GB/s read" still counts
+// the K/V bytes once, and "of FMA peak" the arithmetic of all N).
 int Main(int argc, char** argv) {
   int reps = 5, threads = 0;
   std::string formats;
@@ -171,6 +177,7 @@ int Main(int argc, char** argv) {
     if (value("--seqs=") > 0) kSeqs = value("--seqs=");
     if (value("--ctx=") > 0) kCtx = value("--ctx=") / kBlock * kBlock;
     if (value("--threads=") > 0) threads = value("--threads=");
+    if (value("--queries=") > 0) kQueries = std::min(value("--queries="), kCtx);
     if (arg.rfind("--formats=", 0) == 0) formats = std::string(",").append(arg, 10).append(",");
   }
   kernels::ThreadPool own(threads > 0 ? threads : 1);
@@ -183,12 +190,14 @@ int Main(int argc, char** argv) {
       "kvserve kv cache bench: isa=%s, threads=%d, copy bandwidth %.2f GB/s, peak fp32 FMA %.1f "
       "GFLOP/s\n",
       kernels::IsaName(isa), threads, copy / 1e9, fma_flops / 1e9);
-  std::printf("decode PagedAttention, %d seqs x %d tokens, %d / %d heads, d=%d, block %d\n", kSeqs,
-              kCtx, kHeads, kKvHeads, kDim, kBlock);
+  std::printf(
+      "%s PagedAttention, %d seqs x %d tokens (%d queries each), %d / %d heads, d=%d, block %d\n",
+      kQueries > 1 ? "prefill-chunk" : "decode", kSeqs, kCtx, kQueries, kHeads, kKvHeads, kDim,
+      kBlock);
   std::printf("%-10s %10s %10s %12s %10s %16s %12s\n", "format", "ms", "vs fp32", "GB/s read",
               "of copy", "of pattern read", "of FMA peak");
   const double flops =
-      2.0 * 2.0 * kSeqs * kHeads * static_cast<double>(kCtx) * kDim;  // 2 flops per FMA
+      2.0 * 2.0 * kSeqs * kQueries * kHeads * static_cast<double>(kCtx) * kDim;  // 2 per FMA
   double fp32_time = 0;
   for (engine::KvCacheDtype d : kernels::kAllKvDtypes) {
     const std::string name = engine::KvCacheDtypeName(d);

@@ -23,9 +23,11 @@ constexpr int kTile = kAttentionKeyTile;
 // three per-head primitives (Scores, Softmax, Accumulate).
 template <class Ops>
 void AttendTilePerHead(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
-                       const float* const* vals, int n) {
+                       const float* const* vals, int /*n: pass.n[g] <= n per head*/) {
   alignas(32) float s[kTile];
   for (int g = 0; g < pass.count; ++g) {
+    const int n = pass.n[g];
+    if (n <= 0) continue;
     Ops::Scores(pass.q[g], keys, n, p.head_dim, p.scale, s);
     if (p.softcap > 0.0f) {
       for (int j = 0; j < n; ++j) s[j] = std::tanh(s[j] / p.softcap) * p.softcap;
@@ -266,31 +268,41 @@ struct KeyCursor {
   }
 };
 
-// Query heads [head, head + count) of token t, all of kv head `kv_head`.
+// Query heads [head, head + count) of each of tokens t .. t + tokens - 1
+// (one sequence, consecutive positions, no sliding window when more than
+// one), all of kv head `kv_head`: one pass, pass head g = token (g / count),
+// head (head + g % count).
 //
 // Keys lo..pos are visited in tiles [32 i, 32 i + 32) of absolute positions,
-// clipped to lo..pos; the first and last tile may be partial:
+// clipped to lo..pos (pos: the last token's); the first and last tile may be
+// partial, and an earlier token's heads stop at their own position:
 //
 //   positions  0 ........ 31 | 32 ........ 63 | 64 ... pos
 //                      lo ^^^|^^^^^^^^^^^^^^^^|^^^^^^^^^^
 //
-// Per tile: scores, running max m, correction exp(m_old - m), weights
-// exp(s - m), running sum l, out = out * corr + sum w v. Finally out /= l.
+// Per tile and head: scores, running max m, correction exp(m_old - m),
+// weights exp(s - m), running sum l, out = out * corr + sum w v. Finally
+// out /= l. A head's operations are those of a pass of its token alone.
 template <class Ops>
-void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, int count) {
+void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, int head,
+                 int count) {
   const int dim = p.head_dim;
   const int bs = p.block_size;
-  const int pos = p.token_pos[t];
-  const int lo = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+  const int pos = p.token_pos[t + tokens - 1];
+  const int first_pos = p.token_pos[t];
+  const int lo = p.sliding_window > 0 ? std::max(0, first_pos - p.sliding_window + 1) : 0;
   const int32_t* blocks = p.block_ids + p.block_table_start[p.token_seq[t]];
 
   HeadPass pass;
-  pass.count = count;
-  for (int g = 0; g < count; ++g) {
-    pass.q[g] = p.q + static_cast<int64_t>(t) * p.q_stride + static_cast<int64_t>(head + g) * dim;
-    pass.out[g] = p.out + (static_cast<int64_t>(t) * p.num_heads + head + g) * dim;
+  pass.count = tokens * count;
+  int key_end[kMaxHeadsPerPass];  // one past the last key position of head g
+  for (int g = 0; g < pass.count; ++g) {
+    const int64_t token = t + g / count, h = head + g % count;
+    pass.q[g] = p.q + token * p.q_stride + h * dim;
+    pass.out[g] = p.out + (token * p.num_heads + h) * dim;
     pass.m[g] = -std::numeric_limits<float>::infinity();
     pass.l[g] = 0.0f;
+    key_end[g] = p.token_pos[token] + 1;
     std::memset(pass.out[g], 0, sizeof(float) * dim);
   }
 
@@ -314,6 +326,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
   for (int tile = lo / kTile * kTile; tile <= pos; tile += kTile) {
     const int j0 = std::max(lo, tile);
     const int n = std::min(pos + 1, tile + kTile) - j0;
+    for (int g = 0; g < pass.count; ++g) pass.n[g] = std::min(key_end[g], tile + kTile) - j0;
     cursor.ForEachRun(n, [&](int i, int64_t row, int run) {
       if (codes) {
         for (int r = 0; r < run; ++r) {
@@ -369,7 +382,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
       Ops::Tile(p, pass, keys, vals, n);
     }
   }
-  for (int g = 0; g < count; ++g) {
+  for (int g = 0; g < pass.count; ++g) {
     const float inv = 1.0f / pass.l[g];
     for (int d = 0; d < dim; ++d) pass.out[g][d] *= inv;
   }
@@ -377,14 +390,34 @@ void AttendHeads(const PagedAttentionParams& p, int t, int kv_head, int head, in
 
 template <class Ops>
 void AttendItems(const PagedAttentionParams& p, int64_t begin, int64_t end) {
-  const int group = p.num_heads / p.num_kv_heads;
+  const int heads = p.num_heads;
+  const int group = heads / p.num_kv_heads;
   for (int64_t i = begin; i < end;) {
-    const int t = static_cast<int>(i / p.num_heads);
-    const int head = static_cast<int>(i % p.num_heads);
+    const int t = static_cast<int>(i / heads);
+    const int head = static_cast<int>(i % heads);
+    // Whole tokens of one sequence at consecutive positions (a prefill
+    // chunk), all in this range: one pass per kv head serves them together,
+    // each key tile read (or decoded) once for all of them.
+    int tokens = 1;
+    if (head == 0 && p.sliding_window == 0) {
+      const int max_tokens = kMaxHeadsPerPass / group;
+      while (tokens < max_tokens && i + int64_t{tokens + 1} * heads <= end &&
+             p.token_seq[t + tokens] == p.token_seq[t] &&
+             p.token_pos[t + tokens] == p.token_pos[t] + tokens) {
+        ++tokens;
+      }
+    }
+    if (tokens > 1) {
+      for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
+        AttendHeads<Ops>(p, t, tokens, kv_head, kv_head * group, group);
+      }
+      i += int64_t{tokens} * heads;
+      continue;
+    }
     const int kv_head = head / group;
     const int64_t count =
         std::min<int64_t>({(kv_head + 1) * group - head, end - i, kMaxHeadsPerPass});
-    AttendHeads<Ops>(p, t, kv_head, head, static_cast<int>(count));
+    AttendHeads<Ops>(p, t, 1, kv_head, head, static_cast<int>(count));
     i += count;
   }
 }

@@ -52,17 +52,19 @@ bool Avx512AttentionSupports(int head_dim) {
 }
 
 void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
-                      const float* const* vals, int n) {
+                      const float* const* vals, int /*n: pass.n[g] <= n per head*/) {
   const int vecs = p.head_dim / 16;
   alignas(64) float w[kMaxHeadsPerPass][kTile];
   float corr[kMaxHeadsPerPass];
   for (int g = 0; g < pass.count; ++g) {
-    __m512 s0 = Scores16(pass.q[g], keys, std::min(n, 16), vecs, p.scale);
-    __m512 s1 = n > 16 ? Scores16(pass.q[g], keys + 16, n - 16, vecs, p.scale)
-                       : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    SoftmaxStep(p, pass, g, n, s0, s1, w[g], &corr[g]);
+    const int ng = pass.n[g];
+    if (ng <= 0) continue;
+    __m512 s0 = Scores16(pass.q[g], keys, std::min(ng, 16), vecs, p.scale);
+    __m512 s1 = ng > 16 ? Scores16(pass.q[g], keys + 16, ng - 16, vecs, p.scale)
+                        : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    SoftmaxStep(p, pass, g, ng, s0, s1, w[g], &corr[g]);
   }
-  AccumulatePass<float, LoadF32x16>(pass, corr, w, vals, n, vecs);
+  AccumulatePass<float, LoadF32x16>(pass, corr, w, vals, vecs);
 }
 
 }  // namespace kvserve::kernels::internal

@@ -147,14 +147,14 @@ void AccumulateHeads(float* const* out, const float* corr, const float (*w)[kTil
   }
 }
 
-// out = out * corr + sum_j w[j] v_j for every head of the pass, four heads
-// at a time (4 x 4 accumulators, 4 value and 1 weight zmm live).
+// out = out * corr + sum_j w[j] v_j, j < n, for heads [g0, g1) of the pass,
+// four heads at a time (4 x 4 accumulators, 4 value and 1 weight zmm live).
 template <class Row, __m512 (*Load)(const Row*, int)>
-void AccumulatePass(HeadPass& pass, const float* corr, const float (*w)[kTile],
-                    const Row* const* vals, int n, int vecs) {
-  for (int g = 0; g < pass.count; g += 4) {
+void AccumulateHeadRange(HeadPass& pass, int g0, int g1, const float* corr, const float (*w)[kTile],
+                         const Row* const* vals, int n, int vecs) {
+  for (int g = g0; g < g1; g += 4) {
     float* const* out = pass.out + g;
-    switch (std::min(4, pass.count - g)) {
+    switch (std::min(4, g1 - g)) {
       case 4:
         AccumulateHeads<Row, Load, 4>(out, corr + g, w + g, vals, n, vecs);
         break;
@@ -168,6 +168,18 @@ void AccumulatePass(HeadPass& pass, const float* corr, const float (*w)[kTile],
         AccumulateHeads<Row, Load, 1>(out, corr + g, w + g, vals, n, vecs);
         break;
     }
+  }
+}
+
+// The accumulation of every head of the pass that attends some of the
+// tile, each run of heads with the same key count together.
+template <class Row, __m512 (*Load)(const Row*, int)>
+void AccumulatePass(HeadPass& pass, const float* corr, const float (*w)[kTile],
+                    const Row* const* vals, int vecs) {
+  for (int g = 0; g < pass.count;) {
+    const int e = HeadRunEnd(pass, g);
+    if (pass.n[g] > 0) AccumulateHeadRange<Row, Load>(pass, g, e, corr, w, vals, pass.n[g], vecs);
+    g = e;
   }
 }
 

@@ -156,16 +156,18 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
   alignas(64) float w[kMaxHeadsPerPass][kTile];
   float corr[kMaxHeadsPerPass];
   for (int g = 0; g < pass.count; ++g) {
-    const __m512 s0 = CodeScores16(query, g, u, std::min(n, 16), pieces, ks0);
-    const __m512 s1 = n > 16 ? CodeScores16(query, g, u + 16, n - 16, pieces, ks1)
-                             : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    SoftmaxStep(p, pass, g, n, s0, s1, w[g], &corr[g]);
+    const int ng = pass.n[g];
+    if (ng <= 0) continue;
+    const __m512 s0 = CodeScores16(query, g, u, std::min(ng, 16), pieces, ks0);
+    const __m512 s1 = ng > 16 ? CodeScores16(query, g, u + 16, ng - 16, pieces, ks1)
+                              : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    SoftmaxStep(p, pass, g, ng, s0, s1, w[g], &corr[g]);
     // Each value row's scale moves onto its weight (the weights of keys
-    // past n are 0, their scales finite).
+    // past ng are 0, their scales finite).
     _mm512_store_ps(w[g], _mm512_mul_ps(_mm512_load_ps(w[g]), vs0));
     _mm512_store_ps(w[g] + 16, _mm512_mul_ps(_mm512_load_ps(w[g] + 16), vs1));
   }
-  AccumulatePass<uint8_t, Codes::Values16>(pass, corr, w, v_rows, n, p.head_dim / 16);
+  AccumulatePass<uint8_t, Codes::Values16>(pass, corr, w, v_rows, p.head_dim / 16);
 }
 
 }  // namespace

@@ -10,25 +10,39 @@
 namespace kvserve::kernels::internal {
 
 // Query heads of one kv head handled in one pass, so a key tile loaded once
-// serves them all. Each head's arithmetic is the same whatever the grouping.
-inline constexpr int kMaxHeadsPerPass = 8;
+// serves them all: the heads of one token, or of several consecutive tokens
+// of one sequence (prefill). Each head's arithmetic is the same whatever the
+// grouping.
+inline constexpr int kMaxHeadsPerPass = 16;
 
-// The running state of `count` query heads of one token over the tiles seen
-// so far: out = sum_j exp(s_j - m) v_j (unnormalised), l = sum_j exp(s_j - m).
+// The running state of `count` query heads over the tiles seen so far:
+// out = sum_j exp(s_j - m) v_j (unnormalised), l = sum_j exp(s_j - m).
+// n[g]: how many of the current tile's keys head g attends (its causal end
+// can fall inside the tile or before it: then 0, and the tile leaves the
+// head alone); heads of a tile step see keys 0..n[g) of the tile's n.
 struct HeadPass {
   int count = 0;
   const float* q[kMaxHeadsPerPass];
   float* out[kMaxHeadsPerPass];  // rows of PagedAttentionParams::out
   float m[kMaxHeadsPerPass];
   float l[kMaxHeadsPerPass];
+  int n[kMaxHeadsPerPass];
 };
+
+// One past the last head of the run of heads from g that attend the same
+// number of the tile's keys (runs are what a value accumulation shares).
+inline int HeadRunEnd(const HeadPass& pass, int g) {
+  int e = g + 1;
+  while (e < pass.count && pass.n[e] == pass.n[g]) ++e;
+  return e;
+}
 
 // True when the AVX-512 tile step handles rows of `head_dim` values: a
 // multiple of 16 up to 256 (one to sixteen zmm per row).
 bool Avx512AttentionSupports(int head_dim);
 
 // One key tile (n <= kAttentionKeyTile keys, rows of fp32 given by pointer)
-// for every head of the pass: scores, softcap, online-softmax step and
+// for every head of the pass (head g: keys 0..pass.n[g)): scores, softcap, online-softmax step and
 // accumulation. Needs AVX-512F. Each head's result is bit-identical
 // whatever the pass's head count and the tile's place in the batch.
 void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
@@ -53,7 +67,8 @@ struct CodeQuery {
 // then takes the fp32-tile path). Needs UsesIntegerCodeAttention.
 bool PrepareCodeQuery(const PagedAttentionParams& p, const HeadPass& pass, CodeQuery* query);
 
-// One key tile (n <= kAttentionKeyTile keys) of the integer-code path:
+// One key tile (n <= kAttentionKeyTile keys; head g: 0..pass.n[g)) of the
+// integer-code path:
 // k_rows / v_rows point at the cache rows' codes, k_scales / v_scales hold
 // their scales (kAttentionKeyTile of each; past n any finite value). Needs
 // AVX-512F, BW and VNNI; each head's result is bit-identical whatever the
