@@ -62,6 +62,12 @@ struct PagedAttentionParams {
 // after head; AVX-512 (head_dim a multiple of 16, else the AVX2 path) attends
 // all query heads of a kv head per key row, 16-lane dot products.
 //
+// The query heads of one kv head are attended in one pass: each key row
+// loaded (or decoded) serves them all. Whole tokens of one sequence at
+// consecutive positions (a prefill chunk's) in one thread's range share the
+// pass too, up to 16 heads; a head's operations are those of a pass of its
+// token alone, whatever it shares.
+//
 // Other formats than fp32: each key tile's rows are decoded into a
 // per-thread fp32 tile (2 x 32 rows) and attended as fp32 rows are; a row
 // decodes the same wherever it is read, so the invariance above holds.
