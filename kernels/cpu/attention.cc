@@ -383,6 +383,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     }
   }
   for (int g = 0; g < pass.count; ++g) {
+    if (codes) internal::RestoreCodeValueOrder(p.kv_dtype, dim, pass.out[g]);
     const float inv = 1.0f / pass.l[g];
     for (int d = 0; d < dim; ++d) pass.out[g][d] *= inv;
   }

@@ -78,10 +78,13 @@ struct PagedAttentionParams {
 // 1/32512 of its largest value, far below the rows' own 1/254), one for the
 // 4-bit formats (whose step is 16 times int8's; llama.cpp rounds q to int8
 // for its 8-bit K likewise). A score is then an exact integer dot product
-// of codes (AVX-512 VNNI vpdpbusd) times q's and the key row's scales; p.v
-// stays fp32, the V codes widened in registers and each row's scale folded
-// into its weight. The query's rounding is the only approximation added; it
-// is the same for every key and tile, so the invariance above holds.
+// of codes (AVX-512 VNNI vpdpbusd) times q's and the key row's scales. p.v
+// is an exact integer sum too (vpdpwssd): per tile and head, each softmax
+// weight times its V row's scale is rounded to an int16 multiple of the
+// tile's largest / 32767, an error below 1/65534 of that largest weight
+// (the int8 rows' own step is 1/254 of a row). These two roundings are the
+// only approximations added; each depends on one (token, head) and one
+// tile, so the invariance above holds.
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool);
 
 // True when PagedAttention takes the integer-code path above for rows of

@@ -5,10 +5,14 @@
 //             the sum is an exact integer, so its order does not matter
 //             (int8 rows: 256 times that plus the low digit's, q_scale / 256)
 //   weights = exp(score - m_new) (attention_avx512_inl.h's softmax step)
-//   out     = out * corr + sum_j (w_j * v_scale_j) * code_j   (fp32 FMAs,
-//             j in order, codes widened in registers)
-// A tile's key rows are turned into unsigned codes once, into a small
-// buffer that every head of the pass reads.
+//   out     = out * corr + step * sum_j weight_j * code_j
+//             weight_j = w_j * v_scale_j rounded to an int16 multiple of
+//             step = the tile's largest / 32767; the sum exact in int32
+//             (vpdpwssd, two keys per instruction)
+// A tile's key rows are turned into unsigned codes once and transposed, so
+// a score vector holds 16 keys and needs no horizontal sums; every head of
+// the pass reads that buffer. The value sums leave out in an order of
+// their own, which RestoreCodeValueOrder undoes after the last tile.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,32 +32,30 @@ namespace {
 
 constexpr int kMaxDim = 256;
 
-// Lane i of the result = the sum of a[i]'s 16 int32 lanes (exact).
-inline __m512i Sum16EachI32(const __m512i* a) {
-  __m512i u[8];
-  for (int i = 0; i < 8; ++i) {
-    u[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]),
-                            _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
+// Transposes 16 rows of 16 int32 in place: r[i] lane k <- r[k] lane i.
+inline void Transpose16x16(__m512i* r) {
+  __m512i t[16], x[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
   }
-  __m512i w[4];
-  for (int i = 0; i < 4; ++i) {
-    w[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(u[2 * i], u[2 * i + 1]),
-                            _mm512_unpackhi_epi64(u[2 * i], u[2 * i + 1]));
+  // x[4a + e], 128-bit quarter Q: element 4Q + e of rows 4a..4a+3.
+  for (int a = 0; a < 4; ++a) {
+    x[4 * a + 0] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
+    x[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
+    x[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
+    x[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
   }
-  const __m512i y01 = _mm512_add_epi32(_mm512_shuffle_i32x4(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                       _mm512_shuffle_i32x4(w[0], w[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512i y23 = _mm512_add_epi32(_mm512_shuffle_i32x4(w[2], w[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                       _mm512_shuffle_i32x4(w[2], w[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  return _mm512_add_epi32(_mm512_shuffle_i32x4(y01, y23, _MM_SHUFFLE(2, 0, 2, 0)),
-                          _mm512_shuffle_i32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// The 16 nibbles of 8 bytes as int32, element 2i = low nibble of byte i.
-inline __m512i Nibbles16(const uint8_t* src) {
-  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
-  const __m512i x = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
-  const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
-  return _mm512_and_si512(_mm512_srlv_epi32(x, shifts), _mm512_set1_epi32(15));
+  for (int e = 0; e < 4; ++e) {
+    const __m512i even01 = _mm512_shuffle_i32x4(x[e], x[4 + e], 0x88);  // quarters 0, 2
+    const __m512i odd01 = _mm512_shuffle_i32x4(x[e], x[4 + e], 0xdd);   // quarters 1, 3
+    const __m512i even23 = _mm512_shuffle_i32x4(x[8 + e], x[12 + e], 0x88);
+    const __m512i odd23 = _mm512_shuffle_i32x4(x[8 + e], x[12 + e], 0xdd);
+    r[e] = _mm512_shuffle_i32x4(even01, even23, 0x88);
+    r[8 + e] = _mm512_shuffle_i32x4(even01, even23, 0xdd);
+    r[4 + e] = _mm512_shuffle_i32x4(odd01, odd23, 0x88);
+    r[12 + e] = _mm512_shuffle_i32x4(odd01, odd23, 0xdd);
+  }
 }
 
 // The 64 nibbles of 32 bytes as bytes: the low nibbles (even values) in
@@ -66,72 +68,99 @@ inline __m512i NibblesEvenOdd64(const uint8_t* src) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-// What each format contributes: its 64-value pieces of a row as unsigned
-// codes u = code + bias (PrepareCodeQuery takes the bias off again), and a
-// row's 16 values from element d as fp32, before the row's scale.
+// What each format contributes, per 64-value piece of a row in its byte
+// order (int8: value d at byte d; int4 and fp4: the even values in bytes
+// 0..31, the odd ones in 32..63): the unsigned codes u = code + bias that
+// the scores read (PrepareCodeQuery takes the bias off again), and the
+// signed codes that the values are summed from, times kValueUnit.
 struct Int8Codes {
+  static constexpr bool kNibbles = false;
+  static constexpr float kValueUnit = 1.0f;
   static __m512i Unsigned64(const uint8_t* row, int piece) {
-    return _mm512_xor_si512(_mm512_loadu_si512(row + 64 * piece), _mm512_set1_epi8(-128));
+    return _mm512_xor_si512(Signed64(row, piece), _mm512_set1_epi8(-128));
   }
-  static __m512 Values16(const uint8_t* row, int d) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  static __m512i Signed64(const uint8_t* row, int piece) {
+    return _mm512_loadu_si512(row + 64 * piece);
   }
 };
 
 // int4: nibble n holds code (n ^ 8) - 8, so u = n ^ 8 = code + 8.
 struct Int4Codes {
+  static constexpr bool kNibbles = true;
+  static constexpr float kValueUnit = 1.0f;
   static __m512i Unsigned64(const uint8_t* row, int piece) {
     return _mm512_xor_si512(NibblesEvenOdd64(row + 32 * piece), _mm512_set1_epi8(8));
   }
-  static __m512 Values16(const uint8_t* row, int d) {
-    const __m512i eight = _mm512_set1_epi32(8);
-    return _mm512_cvtepi32_ps(
-        _mm512_sub_epi32(_mm512_xor_si512(Nibbles16(row + d / 2), eight), eight));
+  static __m512i Signed64(const uint8_t* row, int piece) {
+    const __m512i code = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1));
+    return _mm512_shuffle_epi8(code, NibblesEvenOdd64(row + 32 * piece));
   }
 };
 
 // fp4 e2m1: twice a code's value is an integer in [-12, 12]; u = 2 v + 12
-// (the query's scale carries the 1/2).
+// (the query's scale carries the 1/2, and kValueUnit the values').
 struct Fp4Codes {
+  static constexpr bool kNibbles = true;
+  static constexpr float kValueUnit = 0.5f;
   static __m512i Unsigned64(const uint8_t* row, int piece) {
-    const __m512i twice_plus_12 = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    return _mm512_shuffle_epi8(twice_plus_12, NibblesEvenOdd64(row + 32 * piece));
+    return _mm512_add_epi8(Signed64(row, piece), _mm512_set1_epi8(12));
   }
-  static __m512 Values16(const uint8_t* row, int d) {
-    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
-                                        -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    return _mm512_permutexvar_ps(Nibbles16(row + d / 2), table);
+  static __m512i Signed64(const uint8_t* row, int piece) {
+    const __m512i twice = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    return _mm512_shuffle_epi8(twice, NibblesEvenOdd64(row + 32 * piece));
   }
 };
 
-// sum_d u_i[d] * q8[d] - offset for the nk (<= 16) keys whose unsigned
-// codes are rows u[0, nk) (lanes past nk: a copy of the last key's). Exact;
-// |result| <= 256 * 128 * 127 < 2^22.
-inline __m512i CodeDots16(const int8_t* q8, const uint8_t (*u)[kMaxDim], int nk, int pieces,
-                          int32_t offset) {
-  __m512i a[16];
-  for (int i = 0; i < 16; ++i) a[i] = _mm512_setzero_si512();
-  for (int c = 0; c < pieces; ++c) {
-    const __m512i qc = _mm512_load_si512(q8 + 64 * c);
-    for (int i = 0; i < 16; ++i) {
-      const uint8_t* row = u[std::min(i, nk - 1)];
-      a[i] = _mm512_dpbusd_epi32(a[i], _mm512_load_si512(row + 64 * c), qc);
+// A tile's keys as unsigned codes, transposed for the scores: word w of
+// key j (its codes 4w .. 4w + 3, in the format's byte order) at
+// words[w][j]. Keys past the tile's n: a copy of its last key.
+struct KeyWords {
+  alignas(64) uint32_t words[kMaxDim / 4][kTile];
+};
+
+template <class Codes>
+void TransposeKeys(const uint8_t* const* k_rows, int n, int pieces, KeyWords* keys) {
+  for (int half = 0; 16 * half < n; ++half) {
+    for (int c = 0; c < pieces; ++c) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        r[i] = Codes::Unsigned64(k_rows[std::min(16 * half + i, n - 1)], c);
+      }
+      Transpose16x16(r);
+      for (int w = 0; w < 16; ++w) _mm512_store_si512(keys->words[16 * c + w] + 16 * half, r[w]);
     }
   }
-  return _mm512_sub_epi32(Sum16EachI32(a), _mm512_set1_epi32(offset));
 }
 
-// Head g's scores of those keys; lanes past nk = -inf. Two digits combine
-// as 256 * high + low in int32 (|sum| < 2^30), one rounding to fp32.
-inline __m512 CodeScores16(const CodeQuery& query, int g, const uint8_t (*u)[kMaxDim], int nk,
+// sum_d u_j[d] * digit[d] for keys 16 half .. 16 half + 15 (lane j), digit
+// the query's int8 digits in the keys' byte order: exact, |sum| <= 256 *
+// 255 * 127 < 2^23; two accumulators so that the chain of vpdpbusd halves.
+inline __m512i CodeDots16(const int8_t* digit, const KeyWords& keys, int half, int pieces) {
+  const auto* q_words = reinterpret_cast<const int32_t*>(digit);
+  __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
+  for (int w = 0; w < 16 * pieces; w += 2) {
+    even = _mm512_dpbusd_epi32(even, _mm512_load_si512(keys.words[w] + 16 * half),
+                               _mm512_set1_epi32(q_words[w]));
+    odd = _mm512_dpbusd_epi32(odd, _mm512_load_si512(keys.words[w + 1] + 16 * half),
+                              _mm512_set1_epi32(q_words[w + 1]));
+  }
+  return _mm512_add_epi32(even, odd);
+}
+
+// Head g's scores of keys 16 half .. 16 half + nk - 1 (nk <= 16); lanes
+// past nk = -inf. The bias comes off as offset; two digits combine as
+// 256 * high + low in int32 (|sum| < 2^31), one rounding to fp32.
+inline __m512 CodeScores16(const CodeQuery& query, int g, const KeyWords& keys, int half, int nk,
                            int pieces, __m512 k_scales) {
-  __m512i dots = CodeDots16(query.q[g], u, nk, pieces, query.offset[g]);
+  __m512i dots = _mm512_sub_epi32(CodeDots16(query.q[g], keys, half, pieces),
+                                  _mm512_set1_epi32(query.offset[g]));
   float scale = query.scale[g];
   if (query.digits == 2) {
-    dots = _mm512_add_epi32(_mm512_slli_epi32(dots, 8),
-                            CodeDots16(query.q_low[g], u, nk, pieces, query.offset_low[g]));
+    const __m512i low = _mm512_sub_epi32(CodeDots16(query.q_low[g], keys, half, pieces),
+                                         _mm512_set1_epi32(query.offset_low[g]));
+    dots = _mm512_add_epi32(_mm512_slli_epi32(dots, 8), low);
     scale *= 1.0f / 256.0f;
   }
   const __m512 s =
@@ -140,34 +169,145 @@ inline __m512 CodeScores16(const CodeQuery& query, int g, const uint8_t (*u)[kMa
   return _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s);
 }
 
+// Slot i of a piece's accumulators (vector i / 16, lane i % 16) holds the
+// value at byte ByteOfSlot(i) of the piece's signed codes: PairValues64
+// interleaves two rows' bytes 8 at a time within each 128-bit quarter, and
+// widening the low and high 256 bits takes quarters 0-1 and 2-3.
+constexpr int ByteOfSlot(int slot) {
+  const int vec = slot / 16, lane = slot % 16;
+  return 16 * (2 * (vec & 1) + lane / 8) + 8 * (vec >> 1) + lane % 8;
+}
+
+// Rows a and b's 64 signed codes as int16 pairs (a[i], b[i]) per 32-bit
+// lane, in slot order: what vpdpwssd multiplies by a pair of weights.
+inline void PairValues64(__m512i a, __m512i b, __m512i* pairs) {
+  const __m512i lo = _mm512_unpacklo_epi8(a, b), hi = _mm512_unpackhi_epi8(a, b);
+  pairs[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(lo));
+  pairs[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(lo, 1));
+  pairs[2] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(hi));
+  pairs[3] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(hi, 1));
+}
+
+// The weights of one head for one tile, rounded for the integer sum:
+// w_j * v_scale_j (* kValueUnit) = step * weight[j], weight[j] in
+// [0, 32767] an int16, step = the tile's largest / 32767; pair p of
+// `pairs` holds weights 2p and 2p + 1. A step of NaN (a weight not finite:
+// a NaN score or scale) makes the head's output NaN, as an fp32 sum would.
+struct TileWeights {
+  alignas(64) int32_t pairs[kMaxHeadsPerPass][kTile / 2];
+  float step[kMaxHeadsPerPass];
+};
+
+inline void RoundWeights(const float* w, __m512 vs0, __m512 vs1, int g, TileWeights* out) {
+  const __m512 x0 = _mm512_mul_ps(_mm512_load_ps(w), vs0);
+  const __m512 x1 = _mm512_mul_ps(_mm512_load_ps(w + 16), vs1);
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  const bool finite = (_mm512_cmp_ps_mask(x0, big, _CMP_NLE_UQ) |
+                       _mm512_cmp_ps_mask(x1, big, _CMP_NLE_UQ)) == 0;
+  const float largest = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));  // >= 0
+  __m512i q0 = _mm512_setzero_si512(), q1 = _mm512_setzero_si512();
+  if (finite && largest > 0.0f) {
+    // x * (32767 / largest) <= 32767 (1 + 2^-23): rounds to at most 32767.
+    const __m512 to_steps = _mm512_set1_ps(32767.0f / largest);
+    q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, to_steps));
+    q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, to_steps));
+  }
+  out->step[g] = !finite ? std::numeric_limits<float>::quiet_NaN() : largest * (1.0f / 32767.0f);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out->pairs[g]), _mm512_cvtsepi32_epi16(q0));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out->pairs[g] + 8), _mm512_cvtsepi32_epi16(q1));
+}
+
+// For kHeads heads (pass indices heads[0, kHeads)), piece `piece` of the
+// values: acc = sum_j weight[j] * code_j over the first n keys in int32
+// (exact: |acc| <= 32 * 32767 * 128 < 2^31, so in any order), then
+// out = out * corr + acc * step, out in slot order.
+template <class Codes, int kHeads>
+void AccumulateCodes(HeadPass& pass, const int* heads, const float* corr, const TileWeights& tw,
+                     const uint8_t* const* v_rows, int n, int piece) {
+  __m512i acc[kHeads][4];
+  for (int h = 0; h < kHeads; ++h) {
+    for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_si512();
+  }
+  for (int j = 0; j < n; j += 2) {
+    // An odd n pairs the last row with itself; its partner's weight is 0.
+    __m512i pairs[4];
+    PairValues64(Codes::Signed64(v_rows[j], piece),
+                 Codes::Signed64(v_rows[std::min(j + 1, n - 1)], piece), pairs);
+    for (int h = 0; h < kHeads; ++h) {
+      const __m512i wj = _mm512_set1_epi32(tw.pairs[heads[h]][j / 2]);
+      for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_dpwssd_epi32(acc[h][c], pairs[c], wj);
+    }
+  }
+  for (int h = 0; h < kHeads; ++h) {
+    const int g = heads[h];
+    float* out = pass.out[g] + 64 * piece;
+    const __m512 ch = _mm512_set1_ps(corr[g]), step = _mm512_set1_ps(tw.step[g]);
+    for (int c = 0; c < 4; ++c) {
+      const __m512 kept = _mm512_mul_ps(_mm512_loadu_ps(out + 16 * c), ch);
+      _mm512_storeu_ps(out + 16 * c, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][c]), step, kept));
+    }
+  }
+}
+
 template <class Codes>
 void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQuery& query,
                     const uint8_t* const* k_rows, const float* k_scales,
                     const uint8_t* const* v_rows, const float* v_scales, int n) {
   const int pieces = p.head_dim / 64;
-  alignas(64) uint8_t u[kAttentionKeyTile][kMaxDim];
-  for (int j = 0; j < n; ++j) {
-    for (int c = 0; c < pieces; ++c) {
-      _mm512_store_si512(u[j] + 64 * c, Codes::Unsigned64(k_rows[j], c));
-    }
-  }
+  KeyWords keys;
+  TransposeKeys<Codes>(k_rows, n, pieces, &keys);
   const __m512 ks0 = _mm512_loadu_ps(k_scales), ks1 = _mm512_loadu_ps(k_scales + 16);
-  const __m512 vs0 = _mm512_loadu_ps(v_scales), vs1 = _mm512_loadu_ps(v_scales + 16);
-  alignas(64) float w[kMaxHeadsPerPass][kTile];
+  const __m512 unit = _mm512_set1_ps(Codes::kValueUnit);
+  const __m512 vs0 = _mm512_mul_ps(_mm512_loadu_ps(v_scales), unit);
+  const __m512 vs1 = _mm512_mul_ps(_mm512_loadu_ps(v_scales + 16), unit);
+  alignas(64) float w[kTile];
   float corr[kMaxHeadsPerPass];
+  TileWeights tw;
+  int active[kMaxHeadsPerPass], num_active = 0, most_keys = 0;
   for (int g = 0; g < pass.count; ++g) {
     const int ng = pass.n[g];
     if (ng <= 0) continue;
-    const __m512 s0 = CodeScores16(query, g, u, std::min(ng, 16), pieces, ks0);
-    const __m512 s1 = ng > 16 ? CodeScores16(query, g, u + 16, ng - 16, pieces, ks1)
+    const __m512 s0 = CodeScores16(query, g, keys, 0, std::min(ng, 16), pieces, ks0);
+    const __m512 s1 = ng > 16 ? CodeScores16(query, g, keys, 1, ng - 16, pieces, ks1)
                               : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    SoftmaxStep(p, pass, g, ng, s0, s1, w[g], &corr[g]);
-    // Each value row's scale moves onto its weight (the weights of keys
-    // past ng are 0, their scales finite).
-    _mm512_store_ps(w[g], _mm512_mul_ps(_mm512_load_ps(w[g]), vs0));
-    _mm512_store_ps(w[g] + 16, _mm512_mul_ps(_mm512_load_ps(w[g] + 16), vs1));
+    SoftmaxStep(p, pass, g, ng, s0, s1, w, &corr[g]);
+    RoundWeights(w, vs0, vs1, g, &tw);  // weights past ng are 0
+    active[num_active++] = g;
+    most_keys = std::max(most_keys, ng);
   }
-  AccumulatePass<uint8_t, Codes::Values16>(pass, corr, w, v_rows, p.head_dim / 16);
+  // The heads four at a time; a head's weights past its own key count are
+  // 0, so sharing a block with heads that attend more keys adds exact zeros.
+  for (int c = 0; c < pieces; ++c) {
+    for (int a = 0; a < num_active; a += 4) {
+      switch (std::min(4, num_active - a)) {
+        case 4:
+          AccumulateCodes<Codes, 4>(pass, active + a, corr, tw, v_rows, most_keys, c);
+          break;
+        case 3:
+          AccumulateCodes<Codes, 3>(pass, active + a, corr, tw, v_rows, most_keys, c);
+          break;
+        case 2:
+          AccumulateCodes<Codes, 2>(pass, active + a, corr, tw, v_rows, most_keys, c);
+          break;
+        default:
+          AccumulateCodes<Codes, 1>(pass, active + a, corr, tw, v_rows, most_keys, c);
+          break;
+      }
+    }
+  }
+}
+
+template <class Codes>
+void RestoreValueOrder(int dim, float* out) {
+  float slots[kMaxDim];
+  std::copy(out, out + dim, slots);
+  for (int piece = 0; piece < dim / 64; ++piece) {
+    for (int slot = 0; slot < 64; ++slot) {
+      const int byte = ByteOfSlot(slot);
+      const int d = Codes::kNibbles ? (byte < 32 ? 2 * byte : 2 * (byte - 32) + 1) : byte;
+      out[64 * piece + d] = slots[64 * piece + slot];
+    }
+  }
 }
 
 }  // namespace
@@ -184,6 +324,14 @@ void AttendCodeTileAvx512Vnni(const PagedAttentionParams& p, HeadPass& pass, con
       return AttendCodeTile<Fp4Codes>(p, pass, query, k_rows, k_scales, v_rows, v_scales, n);
     default:
       break;  // UsesIntegerCodeAttention admits no other format
+  }
+}
+
+void RestoreCodeValueOrder(KvDtype dtype, int head_dim, float* out) {
+  if (dtype == KvDtype::kInt8) {
+    RestoreValueOrder<Int8Codes>(head_dim, out);
+  } else {
+    RestoreValueOrder<Int4Codes>(head_dim, out);  // fp4 rows: the same nibble order
   }
 }
 

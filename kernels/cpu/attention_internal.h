@@ -71,10 +71,15 @@ bool PrepareCodeQuery(const PagedAttentionParams& p, const HeadPass& pass, CodeQ
 // integer-code path:
 // k_rows / v_rows point at the cache rows' codes, k_scales / v_scales hold
 // their scales (kAttentionKeyTile of each; past n any finite value). Needs
-// AVX-512F, BW and VNNI; each head's result is bit-identical whatever the
+// AVX-512F, BW and VNNI; each head's result (in the order below) is bit-identical whatever the
 // pass's head count and the tile's place in the batch.
 void AttendCodeTileAvx512Vnni(const PagedAttentionParams& p, HeadPass& pass, const CodeQuery& query,
                               const uint8_t* const* k_rows, const float* k_scales,
                               const uint8_t* const* v_rows, const float* v_scales, int n);
+
+// The tile steps above keep each head's output in the order their integer
+// value sums produce it, not dimension order; this puts one head's row back
+// in dimension order, after the pass's last tile.
+void RestoreCodeValueOrder(KvDtype dtype, int head_dim, float* out);
 
 }  // namespace kvserve::kernels::internal

@@ -168,7 +168,9 @@ class Paged {
               QuantizeKvRow(dt_, &k_[s][p * kv_row() + h * c_.dim], c_.dim, want.data());
           ASSERT_EQ(std::memcmp(reinterpret_cast<uint8_t*>(kc_.data()) + r * rb, want.data(), rb),
                     0);
-          if (KvHasScale(dt_)) ASSERT_EQ(ks_[r], scale);
+          if (KvHasScale(dt_)) {
+            ASSERT_EQ(ks_[r], scale);
+          }
         }
       }
     }
@@ -233,10 +235,28 @@ class Paged {
       mx = std::max(mx, w[j] = dot * scale);
     }
     for (double& x : w) sum += (x = std::exp(x - mx));
+    // The integer-code path sums values as int16 weights times codes: per
+    // aligned tile of 32 keys, w_j * v_scale_j rounded to a multiple of the
+    // tile's largest / 32767. So does the reference then (the ratio does not
+    // depend on the softmax's running max).
+    std::vector<double> rounded = w;
+    if (UsesIntegerCodeAttention(dt_, c_.dim)) {
+      for (int t0 = 0; t0 <= p; t0 += kAttentionKeyTile) {
+        const int t1 = std::min(p + 1, t0 + kAttentionKeyTile);
+        double largest = 0;
+        for (int j = t0; j < t1; ++j) largest = std::max(largest, w[j] * vs_[row_index(s, j, kvh)]);
+        for (int j = t0; j < t1; ++j) {
+          const double vs = vs_[row_index(s, j, kvh)];
+          rounded[j] = largest > 0 && vs > 0
+                           ? std::nearbyint(w[j] * vs / largest * 32767) * largest / 32767 / vs
+                           : 0.0;
+        }
+      }
+    }
     for (int j = 0; j <= p; ++j) {
       const int64_t r = row_index(s, j, kvh);
       const auto* row = reinterpret_cast<const uint8_t*>(vc_.data()) + r * rb;
-      for (int d = 0; d < c_.dim; ++d) out[d] += w[j] / sum * DecodeRef(dt_, row, vs_[r], d);
+      for (int d = 0; d < c_.dim; ++d) out[d] += rounded[j] / sum * DecodeRef(dt_, row, vs_[r], d);
     }
     return out;
   }
