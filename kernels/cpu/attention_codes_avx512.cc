@@ -202,8 +202,8 @@ inline void RoundWeights(const float* w, __m512 vs0, __m512 vs1, int g, TileWeig
   const __m512 x0 = _mm512_mul_ps(_mm512_load_ps(w), vs0);
   const __m512 x1 = _mm512_mul_ps(_mm512_load_ps(w + 16), vs1);
   const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
-  const bool finite = (_mm512_cmp_ps_mask(x0, big, _CMP_NLE_UQ) |
-                       _mm512_cmp_ps_mask(x1, big, _CMP_NLE_UQ)) == 0;
+  const bool finite =
+      (_mm512_cmp_ps_mask(x0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(x1, big, _CMP_NLE_UQ)) == 0;
   const float largest = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));  // >= 0
   __m512i q0 = _mm512_setzero_si512(), q1 = _mm512_setzero_si512();
   if (finite && largest > 0.0f) {
