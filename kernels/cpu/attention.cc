@@ -55,6 +55,7 @@ void DecodeRowByRow(DecodeRow decode, KvDtype dtype, const uint8_t* src, const f
 
 struct ScalarOps {
   static constexpr bool kIntegerCodes = false;  // the integer-code path is AVX-512 only
+  static constexpr bool kRows16InPlace = false;
   // s[j] = dot(q, keys[j]) * scale
   static void Scores(const float* q, const float* const* keys, int n, int dim, float scale,
                      float* s) {
@@ -199,6 +200,7 @@ __attribute__((target("avx2,fma"))) void AccumulateAvx2(float* out, float corr, 
 
 struct Avx2Ops {
   static constexpr bool kIntegerCodes = false;
+  static constexpr bool kRows16InPlace = false;
   static void Scores(const float* q, const float* const* keys, int n, int dim, float scale,
                      float* s) {
     ScoresAvx2(q, keys, n, dim, scale, s);
@@ -223,7 +225,8 @@ struct Avx2Ops {
 // AVX-512F (head_dim a multiple of 16): all heads of the pass per key row
 // (attention_avx512.cc); rows decode 16 values at a time.
 struct Avx512Ops {
-  static constexpr bool kIntegerCodes = true;  // when UsesIntegerCodeAttention
+  static constexpr bool kIntegerCodes = true;   // when UsesIntegerCodeAttention
+  static constexpr bool kRows16InPlace = true;  // bf16 / fp16 rows need no decoded tile
   static void DecodeRows(KvDtype dtype, const uint8_t* src, const float* scales, int rows, int dim,
                          float* dst) {
     DequantizeKvRowsAvx512(dtype, src, scales, rows, dim, dst);
@@ -317,8 +320,13 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   const uint8_t* k_rows[kTile];
   const uint8_t* v_rows[kTile];
   float k_scales[kTile], v_scales[kTile];
+  // bf16 / fp16 on AVX-512: rows read in place, widened in registers.
+  const bool rows16 =
+      Ops::kRows16InPlace && (p.kv_dtype == KvDtype::kBfloat16 || p.kv_dtype == KvDtype::kFloat16);
+  const uint16_t* k16[kTile];
+  const uint16_t* v16[kTile];
   // Other packed formats: rows decoded into this thread's scratch tile.
-  const bool packed = p.kv_dtype != KvDtype::kFloat32 && !codes;
+  const bool packed = p.kv_dtype != KvDtype::kFloat32 && !codes && !rows16;
   const int64_t row_bytes = KvRowBytes(p.kv_dtype, dim);
   const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
   const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
@@ -334,6 +342,11 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
           v_rows[i + r] = v_bytes + (row + r) * row_bytes;
           k_scales[i + r] = p.k_scales[row + r];
           v_scales[i + r] = p.v_scales[row + r];
+        }
+      } else if (rows16) {
+        for (int r = 0; r < run; ++r) {
+          k16[i + r] = reinterpret_cast<const uint16_t*>(k_bytes + (row + r) * row_bytes);
+          v16[i + r] = reinterpret_cast<const uint16_t*>(v_bytes + (row + r) * row_bytes);
         }
       } else if (packed) {
         float* kd = scratch + static_cast<int64_t>(i) * dim;
@@ -380,6 +393,8 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
       std::fill(v_scales + n, v_scales + kTile, 1.0f);
       internal::AttendCodeTileAvx512Vnni(p, pass, code_query, k_rows, k_scales, v_rows, v_scales,
                                          n);
+    } else if (rows16) {
+      internal::AttendTile16Avx512(p, pass, k16, v16, n);
     } else {
       Ops::Tile(p, pass, keys, vals, n);
     }

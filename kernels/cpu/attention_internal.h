@@ -48,6 +48,12 @@ bool Avx512AttentionSupports(int head_dim);
 void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
                       const float* const* vals, int n);
 
+// The same step over bf16 or fp16 rows (p.kv_dtype) read in place: each
+// value widened to fp32 in registers, exactly as the row decoders widen
+// it, so the result is bit-identical to AttendTileAvx512 on decoded rows.
+void AttendTile16Avx512(const PagedAttentionParams& p, HeadPass& pass, const uint16_t* const* keys,
+                        const uint16_t* const* vals, int n);
+
 // The integer-code path (attention.h): every head of a pass with its q
 // rounded to one or two int8 digits (q ~ scale' * (q + q_low / 256)), in
 // the order the format's key codes are unpacked in (int4 and fp4 rows hold

@@ -124,6 +124,20 @@ class Paged {
     vs_.assign(rows, nan_scale);
   }
 
+  // Replaces the source K/V with what a cache of `format` holds for them
+  // (encoded, then decoded), before WriteAll.
+  void RoundSourceTo(KvDtype format) {
+    std::vector<uint8_t> enc(KvRowBytes(format, c_.dim));
+    for (auto* rows : {&k_, &v_}) {
+      for (std::vector<float>& seq : *rows) {
+        for (size_t r = 0; r < seq.size(); r += c_.dim) {
+          const float scale = QuantizeKvRow(format, &seq[r], c_.dim, enc.data());
+          DequantizeKvRow(format, enc.data(), scale, c_.dim, &seq[r]);
+        }
+      }
+    }
+  }
+
   int64_t kv_row() const { return int64_t{c_.kv_heads} * c_.dim; }
   int64_t row_index(int s, int p, int h) const {
     const int32_t block = table_[start_[s] + p / c_.block_size];
@@ -345,6 +359,33 @@ TEST_P(KvQuantAttentionTest, LongContextMatchesReference) {
           ASSERT_NEAR(out[(i * c.heads + h) * c.dim + d], ref[d], kBound)
               << "seq " << s << " pos " << p << " head " << h << " d " << d;
         }
+      }
+    }
+  }
+}
+
+// bf16 and fp16 rows are attended exactly as an fp32 cache holding their
+// values is, bit for bit, on every ISA path (AVX-512 reads them in place and
+// widens them in registers; the others decode them into an fp32 tile).
+TEST(KvQuant16BitAttentionTest, RowsAttendAsTheirFp32Values) {
+  ThreadPool two(2);
+  for (const Case& c : {Case{9, 3, 64, 16, {97, 300, 54}}, Case{7, 1, 48, 8, {97, 54}},
+                        Case{8, 2, 128, 16, {54, 97}}}) {
+    for (KvDtype format : {KvDtype::kBfloat16, KvDtype::kFloat16}) {
+      for (CpuIsa isa : Isas()) {
+        SCOPED_TRACE(std::string(KvDtypeName(format)) + " " + IsaName(isa) + " dim " +
+                     std::to_string(c.dim));
+        ScopedIsaOverride force(isa);
+        Paged packed(format, c, 23), wide(KvDtype::kFloat32, c, 23);
+        wide.RoundSourceTo(format);
+        packed.WriteAll();
+        wide.WriteAll();
+        std::vector<std::pair<int, int>> all;
+        for (int s = 0; s < static_cast<int>(c.lens.size()); ++s) {
+          for (int p = 0; p < c.lens[s]; ++p) all.emplace_back(s, p);
+        }
+        const std::vector<float> a = packed.Attend(all, &two), b = wide.Attend(all, &two);
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size()));
       }
     }
   }
