@@ -70,7 +70,9 @@ struct PagedAttentionParams {
 //
 // Other formats than fp32: each key tile's rows are decoded into a
 // per-thread fp32 tile (2 x 32 rows) and attended as fp32 rows are; a row
-// decodes the same wherever it is read, so the invariance above holds.
+// decodes the same wherever it is read, so the invariance above holds. On
+// AVX-512, bf16 and fp16 rows are read in place instead, each value widened
+// in registers exactly as the decoder would: the same results, bit for bit.
 //
 // Integer codes (int8, int4, fp4 e2m1, head_dim a multiple of 64 up to 256,
 // when UsesIntegerCodeAttention): no fp32 tile. Each (token, head)'s q is
