@@ -22,6 +22,11 @@ def _request_log(d: kf.Daemon) -> list[str]:
     return [ln for ln in d.stderr_text().splitlines() if "request id=" in ln]
 
 
+# Long requests waiting ahead of the short-deadline one in
+# test_deadline_while_waiting, besides the running one.
+_QUEUED_AHEAD = 4
+
+
 def _long_max_tokens(info, prompt_tokens: int, cap: int = 2000) -> int:
     return min(cap, info.max_model_len - prompt_tokens)
 
@@ -103,38 +108,51 @@ def test_queue_overflow_is_resource_exhausted(kvserve_factory):
 
 
 def test_deadline_while_waiting(kvserve_factory):
-    # One request occupies the only running slot; a second one with a short
-    # deadline never leaves the waiting queue before its deadline passes.
+    # One request occupies the only running slot and more wait behind it; a
+    # last one with a short deadline never leaves the waiting queue before its
+    # deadline passes. builtin:tiny finishes a long request in about 0.1 s
+    # (the deadline's length), so one request ahead was not always enough:
+    # the queue ahead of it holds _QUEUED_AHEAD + 1 of them.
     d = kvserve_factory("--max_num_seqs=1")
     info = d.model_info()
-    long_prompt = "Occupy the slot"
-    n = _long_max_tokens(info, len(long_prompt) + 1)
+    long_prompts = [f"Occupy the slot {i}" for i in range(_QUEUED_AHEAD + 1)]
+    ns = [_long_max_tokens(info, len(p) + 1) for p in long_prompts]
     first_token = threading.Event()
 
-    def run_long():
-        return stream(d.stub, text_request(long_prompt, n, ignore_eos=True), timeout=120,
-                      on_message=lambda resp, call: first_token.set())
+    def run_long(prompt, n, on_message=None):
+        return stream(d.stub, text_request(prompt, n, ignore_eos=True), timeout=120,
+                      on_message=on_message)
 
-    holder = []
-    t = threading.Thread(target=lambda: holder.append(run_long()), daemon=True)
-    t.start()
-    assert first_token.wait(60), "the long request never started"
+    holders = [[] for _ in long_prompts]
+    threads = []
+    for i, (prompt, n) in enumerate(zip(long_prompts, ns)):
+        on_message = (lambda resp, call: first_token.set()) if i == 0 else None
+        threads.append(threading.Thread(
+            target=lambda h=holders[i], p=prompt, n=n, m=on_message: h.append(run_long(p, n, m)),
+            daemon=True))
+        threads[-1].start()
+        if i == 0:
+            assert first_token.wait(60), "the long request never started"
+    queued = d.wait_metrics(
+        lambda s: kf.metric(s, "kvserve_num_requests_waiting") >= _QUEUED_AHEAD - 2,
+        what="the long requests queued")
+    assert kf.metric(queued, "kvserve_num_requests_waiting") >= _QUEUED_AHEAD - 2, queued
     short = stream(d.stub, text_request("Waiting in line", 4, ignore_eos=True), timeout=0.1)
     assert short.code == grpc.StatusCode.DEADLINE_EXCEEDED, short
     assert short.token_ids == [], short
-    waiting_after = d.wait_metrics(lambda s: kf.metric(s, "kvserve_num_requests_waiting") == 0)
-    assert kf.metric(waiting_after, "kvserve_num_requests_waiting") == 0, \
-        "the expired request must leave the waiting queue"
-    t.join(120)
-    assert not t.is_alive()
-    long_res = holder[0].check_ok()
-    assert len(long_res.token_ids) == n
+    for t in threads:
+        t.join(120)
+        assert not t.is_alive()
+    for holder, n in zip(holders, ns):
+        long_res = holder[0].check_ok()
+        assert len(long_res.token_ids) == n
     samples = d.wait_metrics(
-        lambda s: _idle(s) and kf.metric_sum(s, "kvserve_requests_finished_total") >= 2)
-    assert _idle(samples)
+        lambda s: _idle(s)
+        and kf.metric_sum(s, "kvserve_requests_finished_total") >= len(long_prompts) + 1)
+    assert _idle(samples), "the expired request must leave the waiting queue"
     finished = kf.metric_series(samples, "kvserve_requests_finished_total")
     assert kf.metric(samples, "kvserve_requests_finished_total", 0,
-                     finished_reason="length") == 1, finished
+                     finished_reason="length") == len(long_prompts), finished
     assert kf.metric(samples, "kvserve_requests_finished_total", 0,
                      finished_reason="deadline") == 1, (
         f"{finished}\nrequest log:\n" + "\n".join(_request_log(d)))
