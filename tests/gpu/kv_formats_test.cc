@@ -27,6 +27,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/paged_attention.h"
@@ -345,8 +346,14 @@ class World {
     return p;
   }
 
-  // The CPU kernel on the same bytes and scales (and the same rounded q).
+  // The CPU kernel on the same bytes and scales (and the same rounded q), on
+  // its AVX2 path at most: that path attends over the decoded fp32 values, as
+  // the GPU does. The AVX-512 path computes int8 / int4 / fp4 attention on the
+  // integer codes, rounding q to int8 and the softmax weights to int16 per
+  // tile (docs/engine.md), an approximation of its own (on H100's host it put
+  // the GPU 1-3% away at head dim 64 / 128 / 256).
   std::vector<float> Reference() const {
+    kernels::ScopedIsaOverride decoded_fp32_path(kernels::CpuIsa::kAvx2);
     std::vector<float> out(out_elems());
     kernels::PagedAttentionParams p;
     p.q = q_.data();
@@ -426,6 +433,15 @@ std::vector<float> ToFloats(ElemType t, const std::vector<uint8_t>& bytes) {
 // unquantized test's 1e-5 for the scale factoring over up to 4000 keys.
 double Bound(ElemType t) { return t == ElemType::kF32 ? 3e-5 : Tolerance(t); }
 
+// The fp16 cache under bf16 activations: the prefill kernel rounds its K and
+// V elements to bf16 for the MMAs (2^-9 each), on top of the P and output
+// roundings the bf16 bound covers. Measured on H100: 1.05e-2 at most. (Split-KV
+// decodes to fp32 and needs less; it is held to the same bound.)
+double Bound(const Case& c) {
+  if (c.format == KvDtype::kFloat16 && c.dtype == ElemType::kBF16) return 1.5e-2;
+  return Bound(c.dtype);
+}
+
 void ExpectMatchesCpu(const World& w, const std::vector<float>& got) {
   const std::vector<float> ref = w.Reference();
   ASSERT_EQ(got.size(), ref.size());
@@ -435,7 +451,7 @@ void ExpectMatchesCpu(const World& w, const std::vector<float>& got) {
     const std::vector<float> g(got.begin() + t * row, got.begin() + (t + 1) * row);
     const std::vector<float> r(ref.begin() + t * row, ref.begin() + (t + 1) * row);
     const double err = RelativeError(g, r);
-    if (!(err < Bound(w.c().dtype))) {
+    if (!(err < Bound(w.c()))) {
       ++failures;
       ADD_FAILURE() << Name(w.c().format) << " " << kc::ElemName(w.c().dtype) << " dim "
                     << w.c().head_dim << " bs " << w.c().block_size << ": token " << t << " (pos "
@@ -556,6 +572,8 @@ TEST(KvFormatAttention, TokenAloneEqualsBatchBitForBit) {
     for (int t = 0; t < w.num_tokens(); ++t) {
       kc::CudaPagedAttentionParams one = p;
       one.num_tokens = 1;
+      // Token t's own query row (fp32 here): the kernel reads q from row 0.
+      one.q = static_cast<const float*>(p.q) + t * p.q_stride;
       one.token_seq = w.d_token_seq().as<int32_t>() + t;
       one.token_pos = w.d_token_pos().as<int32_t>() + t;
       const std::vector<uint8_t> alone = w.Run(one, /*dispatcher=*/true);

@@ -7,9 +7,16 @@ Gemma 2 / Gemma 3 cases as they are, kvserve_logits_driver with
 "backend": "cuda" must give:
   * float32: logits within 1e-4 relative error of transformers' fp32 logits on
     the GPU, and the same 32 greedy tokens;
-  * bfloat16: logits within 5e-2 of transformers' bf16 logits (kvserve keeps the
-    residual stream in fp32, transformers in bf16, so only the first greedy
-    tokens are compared).
+  * bfloat16 (the checkpoint saved in bf16): both kvserve and transformers in
+    bf16 are compared with transformers in fp32 on the same bf16 weights (the
+    exact function both approximate). kvserve's error must stay within 1.5x
+    transformers' own bf16 error (plus 1e-3), and its first greedy token must be
+    the fp32 one wherever its own logits are close enough to decide it (the
+    reference's top-2 gap over twice kvserve's largest error on that row).
+    kvserve keeps the residual stream in fp32, transformers in bf16, so neither
+    is the other's reference. On H100 both bf16 runs were 0.08-0.10 of the
+    largest logit away from fp32 on these random models, so later greedy
+    tokens follow either path by chance and are not compared.
 Exits 77 (CTest: skipped) without a CUDA device, torch with CUDA, or a
 driver built with the CUDA backend.
 """
@@ -57,6 +64,18 @@ def run_driver(model_dir, prompt, chunk, block_size, dtype):
     return np.array(out["prompt_logits"], dtype=np.float64), out["greedy"]
 
 
+def max_relative_error(logits, ref):
+    """Per token: the largest |difference| over the largest |reference logit|."""
+    return np.abs(logits - ref).max(axis=1) / np.abs(ref).max(axis=1)
+
+
+def common_prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def hf_reference_cuda(model, prompt, dtype):
     model = model.to("cuda", dtype=dtype)
     with torch.no_grad():
@@ -78,16 +97,30 @@ def test_cuda_backend_matches_transformers_on_gpu(tmp_path, case, dtype):
         model.to(torch.bfloat16).save_pretrained(tmp_path, safe_serialization=True)
     rng = np.random.default_rng(1)
     prompt = [int(t) for t in rng.integers(3, oracle.COMMON["vocab_size"], oracle.PROMPT_LEN)]
-    torch_dtype = torch.float32 if dtype == "float32" else torch.bfloat16
-    ref_logits, ref_greedy = hf_reference_cuda(model, prompt, torch_dtype)
-    tol = 1e-4 if dtype == "float32" else 5e-2
+    if dtype == "float32":
+        ref_logits, ref_greedy = hf_reference_cuda(model, prompt, torch.float32)
+        for chunk, block_size in ((oracle.PROMPT_LEN, 16), (17, 8), (5, 1)):
+            logits, greedy = run_driver(tmp_path, prompt, chunk, block_size, dtype)
+            assert logits.shape == ref_logits.shape
+            err = max_relative_error(logits, ref_logits)
+            print(f"{case} {dtype} chunk={chunk} block={block_size}: max rel error {err.max():.2e}")
+            assert err.max() < 1e-4, \
+                f"{case}: max relative error {err.max():.3g} (token {err.argmax()})"
+            assert greedy == ref_greedy, f"{case}: greedy tokens differ"
+        return
+    # bf16: the weights as saved (rounded to bf16), run in fp32, are the reference.
+    ref_logits, ref_greedy = hf_reference_cuda(model.to(torch.float32), prompt, torch.float32)
+    hf_logits, hf_greedy = hf_reference_cuda(model, prompt, torch.bfloat16)
+    hf_err = max_relative_error(hf_logits, ref_logits).max()
+    top2 = np.sort(ref_logits[-1])[-2:]
     for chunk, block_size in ((oracle.PROMPT_LEN, 16), (17, 8), (5, 1)):
         logits, greedy = run_driver(tmp_path, prompt, chunk, block_size, dtype)
         assert logits.shape == ref_logits.shape
-        err = np.abs(logits - ref_logits).max(axis=1) / np.abs(ref_logits).max(axis=1)
-        print(f"{case} {dtype} chunk={chunk} block={block_size}: max rel error {err.max():.2e}")
-        assert err.max() < tol, f"{case}: max relative error {err.max():.3g} (token {err.argmax()})"
-        if dtype == "float32":
-            assert greedy == ref_greedy, f"{case}: greedy tokens differ"
-        else:
-            assert greedy[:4] == ref_greedy[:4], f"{case}: first greedy tokens differ"
+        err = max_relative_error(logits, ref_logits).max()
+        print(f"{case} bf16 chunk={chunk} block={block_size}: max rel error against fp32 "
+              f"{err:.2e} (transformers bf16: {hf_err:.2e}); greedy agrees for "
+              f"{common_prefix(greedy, ref_greedy)} tokens, transformers bf16 for "
+              f"{common_prefix(hf_greedy, ref_greedy)}")
+        assert err <= 1.5 * hf_err + 1e-3, f"{case}: {err:.3g} against transformers' {hf_err:.3g}"
+        if top2[1] - top2[0] > 2 * np.abs(logits[-1] - ref_logits[-1]).max():
+            assert greedy[0] == ref_greedy[0], f"{case}: first greedy token differs"
