@@ -175,14 +175,18 @@ struct KvChunk<KvDtype::kInt8> {
   using Chunk = uint2;
   static constexpr int kVec = 8;
   static constexpr bool kScaled = true;
+  // Code q as (2^23 + (q + 128)) - (2^23 + 128): the biased byte goes into the
+  // low mantissa bits of 2^23 with one byte permute, then one fp32 add,
+  // exactly; full-rate instructions instead of integer-to-float conversions.
   __device__ __forceinline__ static void Decode(const Chunk& c, float* f) {
-    const uint32_t w[2] = {c.x, c.y};
+    const uint32_t w[2] = {c.x ^ 0x80808080u, c.y ^ 0x80808080u};  // q + 128 per byte
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int q = static_cast<int>(w[i] << (24 - 8 * j)) >> 24;  // sign-extended byte j
-        f[4 * i + j] = static_cast<float>(q);
+        // Bytes (low to high): byte j of w, 0x00, 0x00, 0x4B.
+        const uint32_t bits = __byte_perm(w[i], 0x4B000000u, 0x7540u + j);
+        f[4 * i + j] = __uint_as_float(bits) - 8388736.0f;  // 2^23 + 128
       }
     }
   }
@@ -193,11 +197,12 @@ struct KvChunk<KvDtype::kInt4> {
   using Chunk = uint32_t;
   static constexpr int kVec = 8;
   static constexpr bool kScaled = true;
+  // Code q as (2^23 + (q + 8)) - (2^23 + 8), exactly, as for int8.
   __device__ __forceinline__ static void Decode(const Chunk& c, float* f) {
+    const uint32_t w = c ^ 0x88888888u;  // q + 8 per nibble
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const int q = static_cast<int>(c << (28 - 4 * j)) >> 28;  // sign-extended nibble j
-      f[j] = static_cast<float>(q);
+      f[j] = __uint_as_float(((w >> (4 * j)) & 15u) | 0x4B000000u) - 8388616.0f;  // 2^23 + 8
     }
   }
 };

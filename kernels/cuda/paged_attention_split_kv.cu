@@ -28,8 +28,10 @@
 // Row group g takes the split's attended keys i = (it * kUnroll + u) *
 // kGroups + g (i counted from the first attended key k0), so neighbouring
 // row groups of a warp read neighbouring keys, which are contiguous rows
-// when they share a block. Each row group runs its own online softmax over
-// its keys; at the end the row groups are merged in increasing order.
+// when they share a block. The scaled formats' row scales are gathered into
+// shared memory with the page table, once per CTA. Each row group runs its
+// own online softmax over its keys; at the end the row groups are merged in
+// increasing order.
 //
 // Batch invariance: every choice above (key -> row group assignment, the
 // order of additions in the dot product, the butterfly reduction, the row

@@ -142,10 +142,16 @@ __global__ void __launch_bounds__(kThreads, SplitKvMinBlocks(kHeads))
 
   // The loop phase and the row-group merge phase never overlap in time.
   struct LoopSmem {
+    // First: read as float4, so 16-byte aligned (the union is).
+    float q[kHeads][kDim];  // q * scale * log2(e)
     // Key k0 + i's row, in chunks from the cache start (K and V alike).
     int64_t row[kSplitKeys];
-    float q[kHeads][kDim];  // q * scale * log2(e)
+    // Scaled formats: key k0 + i's K and V row scales, gathered with the rows
+    // once per CTA (one array element otherwise).
+    float k_scale[C::kScaled ? kSplitKeys : 1];
+    float v_scale[C::kScaled ? kSplitKeys : 1];
   };
+  static_assert(sizeof(float) * kHeads * kDim % alignof(int64_t) == 0);
   struct MergeSmem {
     float acc[kGroups][kHeads][kDim];
     float2 ml[kGroups][kHeads];
@@ -167,6 +173,10 @@ __global__ void __launch_bounds__(kThreads, SplitKvMinBlocks(kHeads))
           (static_cast<int64_t>(__ldg(blocks + b)) * a.num_kv_heads + kv_head) * a.block_size +
           (j - b * a.block_size);
       smem.loop.row[i] = row * S::kChunks;
+      if constexpr (C::kScaled) {
+        smem.loop.k_scale[i] = __ldg(a.k_scales + row);
+        smem.loop.v_scale[i] = __ldg(a.v_scales + row);
+      }
     }
     const int64_t q0 = token * a.q_stride + static_cast<int64_t>(head0) * kDim;
     for (int i = threadIdx.x; i < kHeads * kDim; i += kThreads) {
@@ -206,8 +216,8 @@ __global__ void __launch_bounds__(kThreads, SplitKvMinBlocks(kHeads))
       st.valid[u] = i < n;
       const int64_t vec_row = st.valid[u] ? smem.loop.row[i] : 0;
       if constexpr (C::kScaled) {  // every lane of the row group reads the row's scales
-        st.ks[u] = st.valid[u] ? __ldg(a.k_scales + vec_row / S::kChunks) : 0.0f;
-        st.vs[u] = st.valid[u] ? __ldg(a.v_scales + vec_row / S::kChunks) : 0.0f;
+        st.ks[u] = st.valid[u] ? smem.loop.k_scale[i] : 0.0f;
+        st.vs[u] = st.valid[u] ? smem.loop.v_scale[i] : 0.0f;
       } else {
         st.ks[u] = st.vs[u] = 1.0f;
       }
