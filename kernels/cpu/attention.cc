@@ -56,6 +56,7 @@ void DecodeRowByRow(DecodeRow decode, KvDtype dtype, const uint8_t* src, const f
 struct ScalarOps {
   static constexpr bool kIntegerCodes = false;  // the integer-code path is AVX-512 only
   static constexpr bool kRows16InPlace = false;
+  static constexpr bool kRowsInPlace = false;
   // s[j] = dot(q, keys[j]) * scale
   static void Scores(const float* q, const float* const* keys, int n, int dim, float scale,
                      float* s) {
@@ -135,30 +136,6 @@ __attribute__((target("avx2,fma"))) void ScoresAvx2(const float* q, const float*
   }
 }
 
-// As ScalarOps::Softmax. s has kTile slots; those past n are set to -inf so
-// that whole vectors can be used (their weights come out 0). The max is exact
-// in any order; the sum adds the vectors in order, then the lanes.
-__attribute__((target("avx2,fma"))) float SoftmaxAvx2(float* s, int n, float* m, float* corr) {
-  const int vecs = (n + 7) / 8;
-  for (int j = n; j < vecs * 8; ++j) s[j] = -std::numeric_limits<float>::infinity();
-  __m256 vmax = _mm256_loadu_ps(s);
-  for (int64_t v = 1; v < vecs; ++v) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + 8 * v));
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_max_ss(h, _mm_movehdup_ps(h));
-  const float new_m = std::max(*m, _mm_cvtss_f32(h));
-  *corr = _mm256_cvtss_f32(internal::Exp256(_mm256_set1_ps(*m - new_m)));
-  *m = new_m;
-  const __m256 vm = _mm256_set1_ps(new_m);
-  __m256 sum = _mm256_setzero_ps();
-  for (int64_t v = 0; v < vecs; ++v) {
-    const __m256 e = internal::Exp256(_mm256_sub_ps(_mm256_loadu_ps(s + 8 * v), vm));
-    _mm256_storeu_ps(s + 8 * v, e);
-    sum = _mm256_add_ps(sum, e);
-  }
-  return internal::HorizontalSum256(sum);
-}
-
 // out[0, 8 * kVecs) = out * corr + sum_j w[j] * vals[j], the columns held in
 // registers across the tile's keys (kVecs independent FMA chains).
 template <int kVecs>
@@ -201,12 +178,16 @@ __attribute__((target("avx2,fma"))) void AccumulateAvx2(float* out, float corr, 
 struct Avx2Ops {
   static constexpr bool kIntegerCodes = false;
   static constexpr bool kRows16InPlace = false;
+  // Rows of every format read in place (attention_avx2.cc) when the head
+  // dim is a multiple of 8; the other dims decode rows into an fp32 tile
+  // for the per-head functions above.
+  static constexpr bool kRowsInPlace = true;
   static void Scores(const float* q, const float* const* keys, int n, int dim, float scale,
                      float* s) {
     ScoresAvx2(q, keys, n, dim, scale, s);
   }
   static float Softmax(float* s, int n, float* m, float* corr) {
-    return SoftmaxAvx2(s, n, m, corr);
+    return internal::SoftmaxAvx2(s, n, m, corr);
   }
   static void Accumulate(float* out, float corr, const float* w, const float* const* vals, int n,
                          int dim) {
@@ -227,6 +208,7 @@ struct Avx2Ops {
 struct Avx512Ops {
   static constexpr bool kIntegerCodes = true;   // when UsesIntegerCodeAttention
   static constexpr bool kRows16InPlace = true;  // bf16 / fp16 rows need no decoded tile
+  static constexpr bool kRowsInPlace = false;
   static void DecodeRows(KvDtype dtype, const uint8_t* src, const float* scales, int rows, int dim,
                          float* dst) {
     DequantizeKvRowsAvx512(dtype, src, scales, rows, dim, dst);
@@ -317,6 +299,8 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   internal::CodeQuery code_query;
   const bool codes = Ops::kIntegerCodes && UsesIntegerCodeAttention(p.kv_dtype, dim) &&
                      internal::PrepareCodeQuery(p, pass, &code_query);
+  // AVX2: rows of every format read in place, converted in registers.
+  const bool rows_avx2 = Ops::kRowsInPlace && internal::Avx2RowTileSupports(dim);
   const uint8_t* k_rows[kTile];
   const uint8_t* v_rows[kTile];
   float k_scales[kTile], v_scales[kTile];
@@ -326,7 +310,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   const uint16_t* k16[kTile];
   const uint16_t* v16[kTile];
   // Other packed formats: rows decoded into this thread's scratch tile.
-  const bool packed = p.kv_dtype != KvDtype::kFloat32 && !codes && !rows16;
+  const bool packed = p.kv_dtype != KvDtype::kFloat32 && !codes && !rows16 && !rows_avx2;
   const int64_t row_bytes = KvRowBytes(p.kv_dtype, dim);
   const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
   const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
@@ -336,12 +320,13 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     const int n = std::min(pos + 1, tile + kTile) - j0;
     for (int g = 0; g < pass.count; ++g) pass.n[g] = std::min(key_end[g], tile + kTile) - j0;
     cursor.ForEachRun(n, [&](int i, int64_t row, int run) {
-      if (codes) {
+      if (codes || rows_avx2) {
+        const bool scaled = p.k_scales != nullptr;
         for (int r = 0; r < run; ++r) {
           k_rows[i + r] = k_bytes + (row + r) * row_bytes;
           v_rows[i + r] = v_bytes + (row + r) * row_bytes;
-          k_scales[i + r] = p.k_scales[row + r];
-          v_scales[i + r] = p.v_scales[row + r];
+          k_scales[i + r] = scaled ? p.k_scales[row + r] : 1.0f;
+          v_scales[i + r] = scaled ? p.v_scales[row + r] : 1.0f;
         }
       } else if (rows16) {
         for (int r = 0; r < run; ++r) {
@@ -388,11 +373,15 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
         }
       }
     });
-    if (codes) {
+    if (codes || rows_avx2) {
       std::fill(k_scales + n, k_scales + kTile, 1.0f);  // finite, for the masked lanes
       std::fill(v_scales + n, v_scales + kTile, 1.0f);
+    }
+    if (codes) {
       internal::AttendCodeTileAvx512Vnni(p, pass, code_query, k_rows, k_scales, v_rows, v_scales,
                                          n);
+    } else if (rows_avx2) {
+      internal::AttendRowTileAvx2(p, pass, k_rows, k_scales, v_rows, v_scales, n);
     } else if (rows16) {
       internal::AttendTile16Avx512(p, pass, k16, v16, n);
     } else {

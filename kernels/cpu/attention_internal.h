@@ -54,6 +54,28 @@ void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float
 void AttendTile16Avx512(const PagedAttentionParams& p, HeadPass& pass, const uint16_t* const* keys,
                         const uint16_t* const* vals, int n);
 
+// The online-softmax step of the AVX2 paths over one tile's scores s[0, n)
+// (s has room for n rounded up to 8; those slots are set to -inf): *m <-
+// max(*m, max s), s[j] <- exp(s[j] - *m), *corr <- exp(m_old - *m); returns
+// sum_j s[j] (vectors in order, then lanes). Needs AVX2 and FMA.
+float SoftmaxAvx2(float* s, int n, float* m, float* corr);
+
+// True when the AVX2 row tile step handles rows of `head_dim` values (a
+// multiple of 8).
+bool Avx2RowTileSupports(int head_dim);
+
+// One key tile (n <= kAttentionKeyTile keys; head g: 0..pass.n[g)) for every
+// head of the pass, the cache rows of any format (p.kv_dtype) read in place
+// (attention_avx2.cc): k_rows / v_rows point at the rows, k_scales /
+// v_scales hold their scales (1 for the unscaled formats; kAttentionKeyTile
+// of each, past n any finite value). Needs AVX2, FMA and F16C. Each head's
+// result is bit-identical whatever the pass's head count and the tile's
+// place in the batch, and a bf16 / fp16 row attends exactly as an fp32 row
+// of its values does.
+void AttendRowTileAvx2(const PagedAttentionParams& p, HeadPass& pass, const uint8_t* const* k_rows,
+                       const float* k_scales, const uint8_t* const* v_rows, const float* v_scales,
+                       int n);
+
 // The integer-code path (attention.h): every head of a pass with its q
 // rounded to one or two int8 digits (q ~ scale' * (q + q_low / 256)), in
 // the order the format's key codes are unpacked in (int4 and fp4 rows hold
