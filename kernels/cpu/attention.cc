@@ -219,13 +219,6 @@ struct Avx512Ops {
   }
 };
 
-// A thread's fp32 tile for decoded rows, at least `floats` long.
-float* DecodeScratch(int64_t floats) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
-  return buffer.data();
-}
-
 // Walks a sequence's keys of one kv head in order. Keys of one block are
 // consecutive rows of the cache (engine/kv_cache.h), so they are taken in
 // runs up to the block's end.
@@ -314,7 +307,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   const int64_t row_bytes = KvRowBytes(p.kv_dtype, dim);
   const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
   const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
-  float* scratch = packed ? DecodeScratch(2 * kTile * dim) : nullptr;
+  float* scratch = packed ? internal::DecodeScratch(2 * kTile * dim) : nullptr;
   for (int tile = lo / kTile * kTile; tile <= pos; tile += kTile) {
     const int j0 = std::max(lo, tile);
     const int n = std::min(pos + 1, tile + kTile) - j0;
@@ -530,5 +523,15 @@ void WriteKvCache(const WriteKvParams& p) {
     }
   }
 }
+
+namespace internal {
+
+float* DecodeScratch(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
+  return buffer.data();
+}
+
+}  // namespace internal
 
 }  // namespace kvserve::kernels

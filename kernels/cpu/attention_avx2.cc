@@ -22,7 +22,6 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
 #include "kernels/cpu/attention_internal.h"
 #include "kernels/cpu/avx2_math.h"
@@ -102,38 +101,40 @@ struct Int8Rows {
   }
 };
 
-// The 8 nibbles of the 32-bit word holding values d .. d + 7 (value e in
-// bits [4e, 4e + 4)).
-inline __m256i Nibbles8(const uint8_t* row, int d) {
+// The 32-bit word holding values d .. d + 7 (value e in bits [4e, 4e + 4))
+// in every lane, lane e shifted left so that value e's nibble is its top 4
+// bits: an arithmetic shift right by 28 then sign-extends it, a logical one
+// gives the code.
+inline __m256i NibblesOnTop8(const uint8_t* row, int d) {
   int32_t word;
   std::memcpy(&word, row + d / 2, 4);
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), shifts),
-                          _mm256_set1_epi32(15));
+  const __m256i shifts = _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0);
+  return _mm256_sllv_epi32(_mm256_set1_epi32(word), shifts);
 }
 
 struct Int4Rows {
   static constexpr bool kConvertForManyHeads = true;
-  static constexpr float kScaleFactor = 1.0f;
   static constexpr int kValueGroupHeads = kGroupHeads;
   static constexpr int kScoreGroupHeads = kGroupHeads;
+  static constexpr float kScaleFactor = 1.0f;
   static __m256 Load8(const uint8_t* row, int d) {
-    const __m256i eight = _mm256_set1_epi32(8);  // sign-extend: (q ^ 8) - 8
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_xor_si256(Nibbles8(row, d), eight), eight));
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(NibblesOnTop8(row, d), 28));
   }
 };
 
-// Magnitude from an 8-entry table by the low 3 bits, then the sign bit.
+// Magnitude from an 8-entry table by the code's low 3 bits (the permute
+// reads no others), then its sign bit, already at bit 31.
 struct Fp4Rows {
   static constexpr bool kConvertForManyHeads = true;
-  static constexpr float kScaleFactor = 1.0f;
   static constexpr int kValueGroupHeads = kGroupHeads;
   static constexpr int kScoreGroupHeads = kGroupHeads;
+  static constexpr float kScaleFactor = 1.0f;
   static __m256 Load8(const uint8_t* row, int d) {
     const __m256 magnitudes = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
-    const __m256i n = Nibbles8(row, d);
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(n, _mm256_set1_epi32(8)), 28);
-    return _mm256_or_ps(_mm256_permutevar8x32_ps(magnitudes, n), _mm256_castsi256_ps(sign));
+    const __m256i top = NibblesOnTop8(row, d);
+    const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, _mm256_srli_epi32(top, 28));
+    const __m256i sign = _mm256_and_si256(top, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+    return _mm256_or_ps(magnitude, _mm256_castsi256_ps(sign));
   }
 };
 
@@ -351,13 +352,11 @@ void AttendTileFormat(const PagedAttentionParams& p, HeadPass& pass, const uint8
     int active = 0;
     for (int g = 0; g < pass.count; ++g) active += pass.n[g] > 0 ? 1 : 0;
     if (active > kGroupHeads) {
-      thread_local std::vector<float> scratch;
-      const size_t floats = size_t{2} * kTile * p.head_dim;
-      if (scratch.size() < floats) scratch.resize(floats);
+      float* scratch = DecodeScratch(int64_t{2} * kTile * p.head_dim);
       const uint8_t* kf[kTile];
       const uint8_t* vf[kTile];
-      ConvertRows<Rows>(k_rows, n, p.head_dim, scratch.data(), kf);
-      ConvertRows<Rows>(v_rows, n, p.head_dim, scratch.data() + floats / 2, vf);
+      ConvertRows<Rows>(k_rows, n, p.head_dim, scratch, kf);
+      ConvertRows<Rows>(v_rows, n, p.head_dim, scratch + int64_t{kTile} * p.head_dim, vf);
       return AttendTileRows<F32Rows>(p, pass, kf, ks, vf, vs);
     }
   }

@@ -54,6 +54,10 @@ void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float
 void AttendTile16Avx512(const PagedAttentionParams& p, HeadPass& pass, const uint16_t* const* keys,
                         const uint16_t* const* vals, int n);
 
+// The calling thread's fp32 scratch for a tile's decoded rows, at least
+// `floats` long; valid until the thread's next call.
+float* DecodeScratch(int64_t floats);
+
 // The online-softmax step of the AVX2 paths over one tile's scores s[0, n)
 // (s has room for n rounded up to 8; those slots are set to -inf): *m <-
 // max(*m, max s), s[j] <- exp(s[j] - *m), *corr <- exp(m_old - *m); returns
