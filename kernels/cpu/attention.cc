@@ -18,6 +18,9 @@ namespace {
 using internal::HeadPass;
 using internal::kMaxHeadsPerPass;
 constexpr int kTile = kAttentionKeyTile;
+// Keys a decode pass attends from which its AVX2 row step spreads the next
+// tile's prefetches over its own work (AttendHeads).
+constexpr int kSpreadPrefetchMinKeys = 2048;
 
 // One key tile for every head of the pass, head after head, with an ISA's
 // three per-head primitives (Scores, Softmax, Accumulate).
@@ -246,6 +249,26 @@ struct KeyCursor {
   }
 };
 
+// Lists the cache lines of the next n keys from `ahead` (K and V rows and
+// their scales, run by run) for the AVX2 row step to ask for. Out of line:
+// inlined into AttendHeads, it slowed every pass that does not use it
+// (fp32 in L2 by 10%).
+[[gnu::noinline]] void ListNextTileLines(const PagedAttentionParams& p, KeyCursor ahead, int n,
+                                         internal::LinePrefetcher* lines) {
+  const int64_t row_bytes = KvRowBytes(p.kv_dtype, p.head_dim);
+  const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
+  const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
+  lines->Clear();
+  ahead.ForEachRun(n, [&](int, int64_t row, int run) {
+    lines->Add(k_bytes + row * row_bytes, run * row_bytes);
+    lines->Add(v_bytes + row * row_bytes, run * row_bytes);
+    if (p.k_scales != nullptr) {
+      lines->Add(p.k_scales + row, run * int64_t{sizeof(float)});
+      lines->Add(p.v_scales + row, run * int64_t{sizeof(float)});
+    }
+  });
+}
+
 // Query heads [head, head + count) of each of tokens t .. t + tokens - 1
 // (one sequence, consecutive positions, no sliding window when more than
 // one), all of kv head `kv_head`: one pass, pass head g = token (g / count),
@@ -308,6 +331,11 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
   const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
   float* scratch = packed ? internal::DecodeScratch(2 * kTile * dim) : nullptr;
+  // The next tile's lines, for the AVX2 row step to ask for (below): on
+  // decode passes over long contexts, whose rows come from memory.
+  const bool spread_prefetch = rows_avx2 && p.kv_dtype != KvDtype::kFloat32 && tokens == 1 &&
+                               pos + 1 - lo >= kSpreadPrefetchMinKeys;
+  internal::LinePrefetcher next_lines;
   for (int tile = lo / kTile * kTile; tile <= pos; tile += kTile) {
     const int j0 = std::max(lo, tile);
     const int n = std::min(pos + 1, tile + kTile) - j0;
@@ -352,20 +380,32 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     // three tiles ahead measured the same as one.) Measured again on
     // 2026-11-26 (huge-page KV, this VM): with and without it the same,
     // fp32 5.3-5.7 ms, int8 2.1-2.3; kept, as it cost nothing either time.
+    //
+    // On decode passes over long contexts, the AVX2 row step of the formats
+    // other than fp32 asks for the lines itself, spread over its scoring
+    // (internal::LinePrefetcher). On the AVX2 EPYC (kv_cache_bench, 8 x
+    // 8,192 tokens) that took bf16 from 4.8 to 3.5 ms and int8 from 3.3 to
+    // 2.6. fp32 went from 5.3 to 6.6, and keeps the whole-tile asks; so do
+    // prefill chunks and short contexts, whose rows sit in cache, where
+    // listing the lines cost 5-15% (kSpreadPrefetchMinKeys).
     KeyCursor ahead = cursor;
     const int next_n = std::max(0, std::min(pos + 1, tile + 2 * kTile) - (tile + kTile));
-    ahead.ForEachRun(next_n, [&](int, int64_t row, int run) {
-      for (int64_t b = row * row_bytes / 64 * 64; b < (row + run) * row_bytes; b += 64) {
-        __builtin_prefetch(k_bytes + b, 0, 1);
-        __builtin_prefetch(v_bytes + b, 0, 1);
-      }
-      if (p.k_scales != nullptr) {
-        for (int64_t r = row / 16 * 16; r < row + run; r += 16) {
-          __builtin_prefetch(p.k_scales + r, 0, 1);
-          __builtin_prefetch(p.v_scales + r, 0, 1);
+    if (spread_prefetch) {
+      ListNextTileLines(p, ahead, next_n, &next_lines);
+    } else {
+      ahead.ForEachRun(next_n, [&](int, int64_t row, int run) {
+        for (int64_t b = row * row_bytes / 64 * 64; b < (row + run) * row_bytes; b += 64) {
+          __builtin_prefetch(k_bytes + b, 0, 1);
+          __builtin_prefetch(v_bytes + b, 0, 1);
         }
-      }
-    });
+        if (p.k_scales != nullptr) {
+          for (int64_t r = row / 16 * 16; r < row + run; r += 16) {
+            __builtin_prefetch(p.k_scales + r, 0, 1);
+            __builtin_prefetch(p.v_scales + r, 0, 1);
+          }
+        }
+      });
+    }
     if (codes || rows_avx2) {
       std::fill(k_scales + n, k_scales + kTile, 1.0f);  // finite, for the masked lanes
       std::fill(v_scales + n, v_scales + kTile, 1.0f);
@@ -374,7 +414,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
       internal::AttendCodeTileAvx512Vnni(p, pass, code_query, k_rows, k_scales, v_rows, v_scales,
                                          n);
     } else if (rows_avx2) {
-      internal::AttendRowTileAvx2(p, pass, k_rows, k_scales, v_rows, v_scales, n);
+      internal::AttendRowTileAvx2(p, pass, k_rows, k_scales, v_rows, v_scales, n, next_lines);
     } else if (rows16) {
       internal::AttendTile16Avx512(p, pass, k16, v16, n);
     } else {
