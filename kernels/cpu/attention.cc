@@ -333,8 +333,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   float* scratch = packed ? internal::DecodeScratch(2 * kTile * dim) : nullptr;
   // The next tile's lines, for the AVX2 row step to ask for (below): on
   // decode passes over long contexts, whose rows come from memory.
-  const bool spread_prefetch = rows_avx2 && p.kv_dtype != KvDtype::kFloat32 && tokens == 1 &&
-                               pos + 1 - lo >= kSpreadPrefetchMinKeys;
+  const bool spread_prefetch = rows_avx2 && tokens == 1 && pos + 1 - lo >= kSpreadPrefetchMinKeys;
   internal::LinePrefetcher next_lines;
   for (int tile = lo / kTile * kTile; tile <= pos; tile += kTile) {
     const int j0 = std::max(lo, tile);
@@ -381,13 +380,13 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     // 2026-11-26 (huge-page KV, this VM): with and without it the same,
     // fp32 5.3-5.7 ms, int8 2.1-2.3; kept, as it cost nothing either time.
     //
-    // On decode passes over long contexts, the AVX2 row step of the formats
-    // other than fp32 asks for the lines itself, spread over its scoring
+    // On decode passes over long contexts, the AVX2 row step asks for the
+    // lines itself, spread over the scoring of all its heads
     // (internal::LinePrefetcher). On the AVX2 EPYC (kv_cache_bench, 8 x
-    // 8,192 tokens) that took bf16 from 4.8 to 3.5 ms and int8 from 3.3 to
-    // 2.6. fp32 went from 5.3 to 6.6, and keeps the whole-tile asks; so do
-    // prefill chunks and short contexts, whose rows sit in cache, where
-    // listing the lines cost 5-15% (kSpreadPrefetchMinKeys).
+    // 8,192 tokens) that took bf16 from 4.7 to 3.4 ms, int8 from 3.2 to 2.6
+    // and fp32 from 5.4 to 5.2-5.3. Prefill chunks and short contexts keep
+    // the whole-tile asks: their rows sit in cache, and listing the lines
+    // cost them 5-15% (kSpreadPrefetchMinKeys).
     KeyCursor ahead = cursor;
     const int next_n = std::max(0, std::min(pos + 1, tile + 2 * kTile) - (tile + kTile));
     if (spread_prefetch) {

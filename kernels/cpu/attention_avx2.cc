@@ -156,13 +156,15 @@ inline bool RowHasFp8Nan(const uint8_t* row, int dim) {
 // rounded up to 4 are written too, and the softmax masks them). Four keys
 // at a time; a key past the group's n reads key j0's row (its score is
 // never used, and a key's sum depends on its own accumulator alone).
-// kPrefetch: also asks for next_tile's lines, spread over the keys (the
-// loop without it is a separate instance: the extra live values slowed
-// bf16 scores in L2 by 9%).
+// kPrefetch: also asks for next_tile's lines, its share of them as one of
+// `groups` score groups of the tile, spread over the keys (the loop
+// without it is a separate instance: the extra live values slowed bf16
+// scores in L2 by 9%). Spread over the first group alone, the asks made
+// fp32 (one head per group) slower than none: 6.6 ms against 5.3.
 template <class Rows, int kHeads, bool kPrefetch>
 void ScoreGroup(const PagedAttentionParams& p, const HeadPass& pass, const int* g,
                 const uint8_t* const* k_rows, const float* k_scale, float (*s)[kTile],
-                LinePrefetcher& next_tile) {
+                LinePrefetcher& next_tile, int groups) {
   int nk = 0;
   const float* q[kHeads];
   for (int h = 0; h < kHeads; ++h) {
@@ -170,7 +172,7 @@ void ScoreGroup(const PagedAttentionParams& p, const HeadPass& pass, const int* 
     q[h] = pass.q[g[h]];
   }
   const __m128 scale = _mm_set1_ps(p.scale);
-  const int lines_per_step = kPrefetch ? next_tile.LinesPerStep(4, nk) : 0;
+  const int lines_per_step = kPrefetch ? next_tile.LinesPerStep(4, nk * groups) : 0;
   for (int j0 = 0; j0 < nk; j0 += 4) {
     const uint8_t* k[4];
     for (int i = 0; i < 4; ++i) k[i] = k_rows[j0 + i < nk ? j0 + i : j0];
@@ -265,22 +267,23 @@ void AttendTileRows(const PagedAttentionParams& p, HeadPass& pass, const uint8_t
   for (int g = 0; g < pass.count; ++g) {
     if (pass.n[g] > 0) active[count++] = g;
   }
+  const int groups = (count + Rows::kScoreGroupHeads - 1) / Rows::kScoreGroupHeads;
   for (int i = 0; i < count;) {
     const int size = NextGroupSize(count - i, Rows::kScoreGroupHeads);
     const bool prefetch = next_tile.Pending();
     const int* g = active + i;
     switch (size) {
       case 3:
-        prefetch ? ScoreGroup<Rows, 3, true>(p, pass, g, k_rows, ks, s, next_tile)
-                 : ScoreGroup<Rows, 3, false>(p, pass, g, k_rows, ks, s, next_tile);
+        prefetch ? ScoreGroup<Rows, 3, true>(p, pass, g, k_rows, ks, s, next_tile, groups)
+                 : ScoreGroup<Rows, 3, false>(p, pass, g, k_rows, ks, s, next_tile, groups);
         break;
       case 2:
-        prefetch ? ScoreGroup<Rows, 2, true>(p, pass, g, k_rows, ks, s, next_tile)
-                 : ScoreGroup<Rows, 2, false>(p, pass, g, k_rows, ks, s, next_tile);
+        prefetch ? ScoreGroup<Rows, 2, true>(p, pass, g, k_rows, ks, s, next_tile, groups)
+                 : ScoreGroup<Rows, 2, false>(p, pass, g, k_rows, ks, s, next_tile, groups);
         break;
       default:
-        prefetch ? ScoreGroup<Rows, 1, true>(p, pass, g, k_rows, ks, s, next_tile)
-                 : ScoreGroup<Rows, 1, false>(p, pass, g, k_rows, ks, s, next_tile);
+        prefetch ? ScoreGroup<Rows, 1, true>(p, pass, g, k_rows, ks, s, next_tile, groups)
+                 : ScoreGroup<Rows, 1, false>(p, pass, g, k_rows, ks, s, next_tile, groups);
         break;
     }
     for (int h = 0; h < size; ++h) {
