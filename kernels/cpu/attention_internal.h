@@ -69,7 +69,9 @@ float* DecodeScratch(int64_t floats);
 // changes a result.
 class LinePrefetcher {
  public:
-  static constexpr int kMaxRuns = 12;
+  // A tile of kAttentionKeyTile keys spans at most that many runs of rows
+  // (block_size 1), each with K, V and their two scale runs.
+  static constexpr int kMaxRuns = 4 * kAttentionKeyTile + 4;
 
   void Clear() { num_runs_ = total_ = issued_ = run_ = line_ = 0; }
   // Adds the lines holding bytes [begin, begin + bytes).
@@ -88,11 +90,16 @@ class LinePrefetcher {
   }
   // Asks (prefetcht2) for the next `lines` lines of the list, in order.
   void Issue(int lines) {
+    Take(lines, [](const void* line) { __builtin_prefetch(line, 0, 1); });
+  }
+  // Calls visit(line address) for the next `lines` lines of the list (fewer
+  // at its end), in order, and counts them as asked for.
+  template <class Visit>
+  void Take(int lines, Visit visit) {
     if (issued_ >= total_) return;  // the common case after the first group of heads
     const int target = std::min(total_, issued_ + lines);
     for (; issued_ < target; ++issued_) {
-      __builtin_prefetch(reinterpret_cast<const void*>((runs_[run_].first_line + line_) * 64), 0,
-                         1);
+      visit(reinterpret_cast<const void*>((runs_[run_].first_line + line_) * 64));
       if (++line_ == runs_[run_].lines) {
         line_ = 0;
         ++run_;
