@@ -96,7 +96,7 @@ class LinePrefetcher {
   // at its end), in order, and counts them as asked for.
   template <class Visit>
   void Take(int lines, Visit visit) {
-    if (issued_ >= total_) return;  // the common case after the first group of heads
+    if (issued_ >= total_) return;  // nothing (left) to ask for
     const int target = std::min(total_, issued_ + lines);
     for (; issued_ < target; ++issued_) {
       visit(reinterpret_cast<const void*>((runs_[run_].first_line + line_) * 64));
