@@ -3,7 +3,8 @@
 // activations, block size 16, shuffled block tables. The cache of each
 // format is filled by WriteKvCache from the same random bf16 K/V (so the
 // scaled formats carry real per-row scales), then PagedAttention runs decode
-// (the split-KV kernel and its merge).
+// (the split-KV kernel and its merge). For the scaled formats, which run on
+// tensor cores, the CUDA-core split-KV kernel is timed on the same call too.
 //
 // Reported per format: time, bytes moved per second and its ratio to the
 // device copy bandwidth measured in the same run (issue #15's target: >= 80%),
@@ -46,6 +47,7 @@ constexpr int kWriteChunk = 16384;
 
 struct Result {
   double attention_ms = 0;
+  double cuda_cores_ms = 0;  // scaled formats: the CUDA-core split-KV kernel, same call
   double bytes = 0;
   double write_ms = 0;  // one WriteKvCache call of kWriteChunk tokens
 };
@@ -157,6 +159,11 @@ Result Run(KvDtype format, cudaStream_t stream, int warmup, int reps) {
   p.workspace_bytes = ws_bytes;
   r.attention_ms =
       MedianMs([&] { KVSERVE_BENCH_CUDA(kc::PagedAttention(p, stream)); }, stream, warmup, reps);
+  if (scaled) {  // the tensor-core kernel's CUDA-core predecessor, for the ratio
+    r.cuda_cores_ms = MedianMs(
+        [&] { KVSERVE_BENCH_CUDA(kc::internal::PagedAttentionSplitKvCudaCores(p, stream)); },
+        stream, warmup, reps);
+  }
   const double per_row = static_cast<double>(row_bytes) + (scaled ? 4.0 : 0.0);
   const double kv_bytes = 2.0 * kBatch * static_cast<double>(kContext) * kKvHeads * per_row;
   const double table_bytes = 4.0 * (num_blocks + 2.0 * kBatch + 2.0 * (kBatch + 1));
@@ -196,8 +203,8 @@ int Main(int argc, char** argv) {
       "decode attention per KV format, bf16 activations, batch %d x %d, %d q / %d kv heads, "
       "head dim %d, block size %d\n",
       kBatch, kContext, kHeads, kKvHeads, kDim, kBlockSize);
-  std::printf("%-10s %10s %10s %9s %10s %9s %12s\n", "format", "time us", "GB/s", "of copy",
-              "MB moved", "vs bf16", "write Mrow/s");
+  std::printf("%-10s %10s %10s %9s %10s %9s %12s %12s %8s\n", "format", "time us", "GB/s",
+              "of copy", "MB moved", "vs bf16", "write Mrow/s", "CUDA-core us", "speedup");
   // bfloat16 first: it is the bf16 model's own ("auto") cache, the baseline.
   const KvDtype formats[] = {KvDtype::kBfloat16, KvDtype::kFloat16, KvDtype::kFp8E4m3,
                              KvDtype::kInt8,     KvDtype::kInt4,    KvDtype::kFp4E2m1};
@@ -207,9 +214,13 @@ int Main(int argc, char** argv) {
     if (f == KvDtype::kBfloat16) ms_bf16 = r.attention_ms;
     const double bw = r.bytes / (r.attention_ms * 1e-3);
     const double write_rows = 2.0 * kWriteChunk * kKvHeads / (r.write_ms * 1e-3);  // K and V
-    std::printf("%-10s %10.1f %10.1f %8.1f%% %10.1f %9.3f %12.1f\n",
+    std::printf("%-10s %10.1f %10.1f %8.1f%% %10.1f %9.3f %12.1f",
                 std::string(kernels::KvDtypeName(f)).c_str(), r.attention_ms * 1e3, bw * 1e-9,
                 100.0 * bw / copy_bw, r.bytes * 1e-6, r.attention_ms / ms_bf16, write_rows * 1e-6);
+    if (r.cuda_cores_ms > 0) {
+      std::printf(" %12.1f %7.2fx", r.cuda_cores_ms * 1e3, r.cuda_cores_ms / r.attention_ms);
+    }
+    std::printf("\n");
   }
   std::printf("\ntarget (issue #15): every format >= 80%% of copy bandwidth\n");
   KVSERVE_BENCH_CUDA(cudaStreamDestroy(stream));

@@ -121,6 +121,13 @@ cudaError_t PagedAttention(const CudaPagedAttentionParams& p, cudaStream_t strea
 cudaError_t PagedAttentionSplitKv(const CudaPagedAttentionParams& p, cudaStream_t stream);
 cudaError_t PagedAttentionPrefill(const CudaPagedAttentionParams& p, cudaStream_t stream);
 
+namespace internal {
+// Split-KV on CUDA cores for every format and head dim. PagedAttentionSplitKv
+// runs the scaled formats (fp8_e4m3, int8, int4, fp4_e2m1) at head dims 64
+// and 128 on tensor cores instead; tests and benchmarks compare the two.
+cudaError_t PagedAttentionSplitKvCudaCores(const CudaPagedAttentionParams& p, cudaStream_t stream);
+}  // namespace internal
+
 struct CudaWriteKvParams {
   ElemType dtype = ElemType::kBF16;  // of k and v (and of the caches without kv_dtype)
   const void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], token stride src_stride

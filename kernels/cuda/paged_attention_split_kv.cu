@@ -48,6 +48,7 @@
 
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/paged_attention_split_kv.cuh"
+#include "kernels/cuda/paged_attention_split_kv_mma.cuh"
 
 namespace kvserve::kernels::cuda {
 
@@ -148,7 +149,13 @@ __global__ void __launch_bounds__(256) WriteKvKernel(const WriteKvArgs a) {
 
 }  // namespace
 
-cudaError_t PagedAttentionSplitKv(const CudaPagedAttentionParams& p, cudaStream_t stream) {
+namespace {
+
+// allow_tensor_cores: the scaled formats at the head dims the tensor-core
+// kernel has (MmaSplitKvSupports) go to it; false keeps every call on
+// SplitKvKernel (internal::PagedAttentionSplitKvCudaCores).
+cudaError_t SplitKv(const CudaPagedAttentionParams& p, bool allow_tensor_cores,
+                    cudaStream_t stream) {
   using namespace split_kv;  // NOLINT(build/namespaces): the kernels' own helpers
   if (p.num_tokens < 0 || p.num_heads <= 0 || p.num_kv_heads <= 0 ||
       p.num_heads % p.num_kv_heads != 0 || !SupportedHeadDim(p.head_dim) || p.block_size < 1 ||
@@ -181,8 +188,10 @@ cudaError_t PagedAttentionSplitKv(const CudaPagedAttentionParams& p, cudaStream_
       internal::SplitKvWorkspaceBytes(p.num_tokens, p.num_heads, p.head_dim, p.max_seq_len);
   if (p.workspace_bytes < needed) return cudaErrorInvalidValue;
 
+  const bool tensor_cores = allow_tensor_cores && MmaSplitKvSupports(format, p.head_dim);
   const int group = p.num_heads / p.num_kv_heads;
-  const int heads_per_pass = group <= 1 ? 1 : (group <= 2 ? 2 : (group <= 4 ? 4 : 8));
+  const int heads_per_pass =
+      tensor_cores ? kMmaHeads : (group <= 1 ? 1 : (group <= 2 ? 2 : (group <= 4 ? 4 : 8)));
   const int passes = (group + heads_per_pass - 1) / heads_per_pass;
   if (num_splits > 65535 || static_cast<int64_t>(p.num_kv_heads) * passes > 65535) {
     return cudaErrorInvalidValue;
@@ -227,6 +236,7 @@ cudaError_t PagedAttentionSplitKv(const CudaPagedAttentionParams& p, cudaStream_
 
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(num_splits),
                   static_cast<unsigned>(p.num_kv_heads * passes));
+  if (tensor_cores) return LaunchSplitKvMmaFormat(format, p.head_dim, args, merge, grid, stream);
   switch (format) {
 #define KVSERVE_SPLIT_KV_CASE(F) \
   case F:                        \
@@ -236,6 +246,18 @@ cudaError_t PagedAttentionSplitKv(const CudaPagedAttentionParams& p, cudaStream_
   }
   return cudaErrorInvalidValue;
 }
+
+}  // namespace
+
+cudaError_t PagedAttentionSplitKv(const CudaPagedAttentionParams& p, cudaStream_t stream) {
+  return SplitKv(p, /*allow_tensor_cores=*/true, stream);
+}
+
+namespace internal {
+cudaError_t PagedAttentionSplitKvCudaCores(const CudaPagedAttentionParams& p, cudaStream_t stream) {
+  return SplitKv(p, /*allow_tensor_cores=*/false, stream);
+}
+}  // namespace internal
 
 namespace internal {
 // kv_write.cu: the encoding write for a cache format other than p.dtype.

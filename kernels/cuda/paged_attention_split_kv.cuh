@@ -117,6 +117,45 @@ __device__ __forceinline__ float LoadQ(const void* q, ElemType t, int64_t i) {
   }
 }
 
+// The end of a split-KV CTA: kParts partial softmax states per head (row
+// groups or warps, each with its own (m, l) and unnormalised acc) combined in
+// increasing part order into the split's partial in the workspace. A part
+// without keys has m = -inf, so its weight is 0 (part 0 always has one).
+// Write() starts with the barrier that publishes every part's ml and acc.
+template <int kParts, int kHeads, int kDim>
+struct PartialsSmem {
+  float acc[kParts][kHeads][kDim];
+  float2 ml[kParts][kHeads];
+  float w[kParts][kHeads];
+
+  __device__ __forceinline__ void Write(const SplitKvArgs& a, int heads, int token, int head0,
+                                        int split) {
+    __syncthreads();
+    const int64_t partial0 =
+        (static_cast<int64_t>(token) * a.num_heads + head0) * a.num_splits + split;
+    if (threadIdx.x < heads) {
+      const int h = threadIdx.x;
+      float mx = -INFINITY;
+      for (int g = 0; g < kParts; ++g) mx = fmaxf(mx, ml[g][h].x);
+      float sum = 0.0f;
+      for (int g = 0; g < kParts; ++g) {
+        const float wg = exp2f(ml[g][h].x - mx);
+        w[g][h] = wg;
+        sum = fmaf(wg, ml[g][h].y, sum);
+      }
+      a.ws_ml[partial0 + static_cast<int64_t>(h) * a.num_splits] = make_float2(mx, sum);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < heads * kDim; i += blockDim.x) {
+      const int h = i / kDim;
+      const int d = i - h * kDim;
+      float sum = 0.0f;
+      for (int g = 0; g < kParts; ++g) sum = fmaf(w[g][h], acc[g][h][d], sum);
+      a.ws_acc[(partial0 + static_cast<int64_t>(h) * a.num_splits) * kDim + d] = sum;
+    }
+  }
+};
+
 template <KvDtype F, int kDim, int kHeads>
 __global__ void __launch_bounds__(kThreads, SplitKvMinBlocks(kHeads))
     SplitKvKernel(const SplitKvArgs a) {
@@ -152,14 +191,9 @@ __global__ void __launch_bounds__(kThreads, SplitKvMinBlocks(kHeads))
     float v_scale[C::kScaled ? kSplitKeys : 1];
   };
   static_assert(sizeof(float) * kHeads * kDim % alignof(int64_t) == 0);
-  struct MergeSmem {
-    float acc[kGroups][kHeads][kDim];
-    float2 ml[kGroups][kHeads];
-    float w[kGroups][kHeads];
-  };
   union Smem {
     LoopSmem loop;
-    MergeSmem merge;
+    PartialsSmem<kGroups, kHeads, kDim> merge;
   };
   __shared__ __align__(16) Smem smem;
 
@@ -377,29 +411,7 @@ __global__ void __launch_bounds__(kThreads, SplitKvMinBlocks(kHeads))
       }
     }
   }
-  __syncthreads();
-  const int64_t partial0 =
-      (static_cast<int64_t>(token) * a.num_heads + head0) * a.num_splits + split;
-  if (threadIdx.x < heads) {
-    const int h = threadIdx.x;
-    float mx = -INFINITY;
-    for (int g = 0; g < kGroups; ++g) mx = fmaxf(mx, smem.merge.ml[g][h].x);
-    float sum = 0.0f;
-    for (int g = 0; g < kGroups; ++g) {
-      const float w = exp2f(smem.merge.ml[g][h].x - mx);
-      smem.merge.w[g][h] = w;
-      sum = fmaf(w, smem.merge.ml[g][h].y, sum);
-    }
-    a.ws_ml[partial0 + static_cast<int64_t>(h) * a.num_splits] = make_float2(mx, sum);
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < heads * kDim; i += kThreads) {
-    const int h = i / kDim;
-    const int d = i - h * kDim;
-    float sum = 0.0f;
-    for (int g = 0; g < kGroups; ++g) sum = fmaf(smem.merge.w[g][h], smem.merge.acc[g][h][d], sum);
-    a.ws_acc[(partial0 + static_cast<int64_t>(h) * a.num_splits) * kDim + d] = sum;
-  }
+  smem.merge.Write(a, heads, token, head0, split);
 }
 
 struct MergeArgs {
@@ -461,6 +473,20 @@ cudaError_t LaunchMerge(const MergeArgs& merge, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// The merge kernel writing out in the activations' type (q's).
+template <int kDim>
+cudaError_t LaunchMergeFor(ElemType out_type, const MergeArgs& merge, cudaStream_t stream) {
+  switch (out_type) {
+    case ElemType::kF32:
+      return LaunchMerge<float, kDim>(merge, stream);
+    case ElemType::kF16:
+      return LaunchMerge<__half, kDim>(merge, stream);
+    case ElemType::kBF16:
+      return LaunchMerge<__nv_bfloat16, kDim>(merge, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
 // The split kernel for cache format F, then the merge writing out_type.
 template <KvDtype F, int kDim>
 cudaError_t LaunchSplitKv(const SplitKvArgs& args, const MergeArgs& merge, int heads_per_pass,
@@ -481,15 +507,7 @@ cudaError_t LaunchSplitKv(const SplitKvArgs& args, const MergeArgs& merge, int h
   }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  switch (args.q_type) {  // q and out share the activations' type
-    case ElemType::kF32:
-      return LaunchMerge<float, kDim>(merge, stream);
-    case ElemType::kF16:
-      return LaunchMerge<__half, kDim>(merge, stream);
-    case ElemType::kBF16:
-      return LaunchMerge<__nv_bfloat16, kDim>(merge, stream);
-  }
-  return cudaErrorInvalidValue;
+  return LaunchMergeFor<kDim>(args.q_type, merge, stream);
 }
 
 template <KvDtype F>

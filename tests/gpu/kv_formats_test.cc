@@ -380,11 +380,12 @@ class World {
   }
 
   std::vector<uint8_t> Run(const kc::CudaPagedAttentionParams& p, bool dispatcher,
-                           bool prefill = false) const {
+                           bool prefill = false, bool cuda_cores = false) const {
     PoisonNaN(d_out_);
     PoisonNaN(d_ws_);
     const cudaError_t err = prefill      ? kc::PagedAttentionPrefill(p, nullptr)
                             : dispatcher ? kc::PagedAttention(p, nullptr)
+                            : cuda_cores ? kc::internal::PagedAttentionSplitKvCudaCores(p, nullptr)
                                          : kc::PagedAttentionSplitKv(p, nullptr);
     EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
     const cudaError_t sync = cudaDeviceSynchronize();
@@ -481,7 +482,7 @@ INSTANTIATE_TEST_SUITE_P(All, KvFormatAttention,
                          ::testing::Combine(::testing::ValuesIn(kFormats),
                                             ::testing::Values(ElemType::kF32, ElemType::kBF16,
                                                               ElemType::kF16),
-                                            ::testing::Values(16, 80, 128),
+                                            ::testing::Values(16, 64, 80, 128),
                                             ::testing::Values(7, 16), ::testing::Values(1, 4, 8)),
                          [](const ::testing::TestParamInfo<AttnParam>& info) {
                            return Name(std::get<0>(info.param)) + "_" +
@@ -490,6 +491,30 @@ INSTANTIATE_TEST_SUITE_P(All, KvFormatAttention,
                                   std::to_string(std::get<3>(info.param)) + "_g" +
                                   std::to_string(std::get<4>(info.param));
                          });
+
+// The scaled formats at head dims 64 and 128 run split-KV on tensor cores
+// (q and the weights split into two fp16 parts, 22 bits); the CUDA-core
+// kernel they replaced stays reachable and is held to the same bounds, with
+// a window and groups of 1 to 16 (two passes of 8 heads on tensor cores).
+TEST(KvFormatAttention, CudaCoreAndTensorCoreSplitKvMatchCpu) {
+  for (KvDtype format : {KvDtype::kFp8E4m3, KvDtype::kInt8, KvDtype::kInt4, KvDtype::kFp4E2m1}) {
+    for (int group : {1, 16}) {
+      Case c;
+      c.format = format;
+      c.dtype = ElemType::kF32;
+      c.num_kv_heads = 2;
+      c.num_heads = 2 * group;
+      c.head_dim = 128;
+      c.sliding_window = group == 16 ? 700 : 0;
+      c.lens = SeventeenLens();
+      World w(c, 31 + group);
+      for (bool cuda_cores : {false, true}) {
+        SCOPED_TRACE(cuda_cores ? "CUDA cores" : "tensor cores");
+        ExpectMatchesCpu(w, ToFloats(c.dtype, w.Run(w.Params(), false, false, cuda_cores)));
+      }
+    }
+  }
+}
 
 // Chunked prefill with a sliding window through the dispatcher: with bf16
 // activations every format goes to the tensor-core prefill kernel, whose tile
