@@ -28,7 +28,8 @@
 #       the bundle's kvserve_logits_driver), sanitizer (compute-sanitizer
 #       memcheck + racecheck on the kernel tests), bench (every kvserve_cuda_*
 #       bench; with --quick unless --full), integration (integration_tests:
-#       the daemon, whose --backend=auto picks CUDA there). --only=tests,bench
+#       the daemon, whose --backend=auto picks CUDA there; then
+#       daemon_kv_formats_check.py: the daemon per --kv_cache_dtype on CUDA). --only=tests,bench
 #       runs a subset (e.g. a second call for what a time budget cut).
 #       Nothing stops the run: every step runs, every result is reported.
 #       Each step runs under `timeout`, inside a phase budget, so that the
@@ -433,8 +434,8 @@ do_run() {
   fi
 
   if [[ ",$only," == *",sanitizer,"* ]]; then
-    local kernel_tests=(gpu_paged_attention_split_kv_test gpu_paged_attention_prefill_test
-      gpu_elementwise_test gpu_sampling_test gpu_gemm_test)
+    local kernel_tests=(gpu_kv_formats_test gpu_paged_attention_split_kv_test
+      gpu_paged_attention_prefill_test gpu_elementwise_test gpu_sampling_test gpu_gemm_test)
     local filter
     for name in "${kernel_tests[@]}"; do
       f="$BUNDLE/bin/$name"
@@ -447,9 +448,14 @@ do_run() {
       # "*" is the whole binary): memcheck the first 3 tests of every suite,
       # racecheck (slower) the first one.
       filter="${KVSERVE_MEMCHECK_FILTER:-$(first_of_each_suite "$f" 3)}"
+      # The KV formats: the tensor-core split-KV kernel (head dims 64 and 128).
+      [[ "$name" == gpu_kv_formats_test && -z "${KVSERVE_MEMCHECK_FILTER:-}" ]] &&
+        filter='*SplitKvMatchesCpu/int4_bf16_d64_bs7_g4:*SplitKvMatchesCpu/int8_f32_d128_bs16_g8'
       run_step sanitizer "memcheck $name" "$san_log" 75 "$d_san" "${skip_flag[@]}" -- \
         "$sanitizer" --tool memcheck --error-exitcode 99 "$f" --gtest_filter="$filter"
       filter="${KVSERVE_RACECHECK_FILTER:-$(first_of_each_suite "$f" 1)}"
+      [[ "$name" == gpu_kv_formats_test && -z "${KVSERVE_RACECHECK_FILTER:-}" ]] &&
+        filter='*SplitKvMatchesCpu/int8_bf16_d128_bs16_g4:*SplitKvMatchesCpu/fp4_e2m1_f32_d64_bs7_g8'
       run_step sanitizer "racecheck $name" "$san_log" 60 "$d_san" "${skip_flag[@]}" -- \
         "$sanitizer" --tool racecheck --error-exitcode 99 "$f" --gtest_filter="$filter"
     done
@@ -471,6 +477,12 @@ do_run() {
         "$BUNDLE/bin/integration_tests"
     else
       record MISSING integration integration_tests 0 "not in the bundle"
+    fi
+    # The daemon on CUDA per --kv_cache_dtype, through its HTTP API.
+    if [[ -x "$BUNDLE/bin/kvserve" ]]; then
+      run_step integration "daemon kv formats" "$int_log" 150 "$d_int" "${skip_flag[@]}" -- \
+        "${KVSERVE_PYTHON:-python3}" "$REPO/bench/cuda/daemon_kv_formats_check.py" \
+        "$BUNDLE/bin/kvserve" builtin:small auto int8 int4 fp8_e4m3 fp4_e2m1
     fi
   fi
 
