@@ -502,8 +502,9 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(const PrefillArgs a
   }
   if (!warp_active) return;
 
-    // ---- Epilogue: normalise, stage in this warp's own Q rows (no other warp
-    // reads them), then 16-byte stores of whole rows. ----
+  // ---- Epilogue: normalise, stage in this warp's own Q rows (no other warp
+  // reads them), then 16-byte stores of whole rows. ----
+  __syncwarp();  // the warp's last ldmatrix of its Q rows precedes these writes (racecheck)
 #pragma unroll
   for (int i = 0; i < kMT; ++i) {
 #pragma unroll

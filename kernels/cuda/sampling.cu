@@ -246,7 +246,11 @@ __device__ unsigned long long BlockExclusiveScanU64(unsigned long long v, Shared
   }
   __syncthreads();
   *total = s.red_u[kWarps];
-  return s.red_u[Warp()] + (incl - v);
+  const unsigned long long base = s.red_u[Warp()];
+  // Lane 0 of this warp writes red_u[Warp()] again in the next block
+  // reduction: every lane's read above comes first (racecheck).
+  __syncwarp();
+  return base + (incl - v);
 }
 __device__ double BlockExclusiveScanD(double v, Shared& s) {
   const double incl = WarpInclusiveScanD(v);
