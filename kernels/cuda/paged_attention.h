@@ -15,7 +15,9 @@
 //    query head of its GQA group, so each K/V tile is read once per group.
 //    Partial (max, sum, acc) go to the workspace and a merge kernel combines
 //    the splits of a token in increasing split order. Used for decode tokens,
-//    and for every token in batch-invariant mode.
+//    and for every token in batch-invariant mode. On CUDA cores, except for
+//    the scaled KV formats at head dims 64 and 128, which run it on tensor
+//    cores (paged_attention_split_kv_mma.cuh).
 //  * prefill (FlashAttention-2 style, tensor cores via mma.sync, fp16/bf16
 //    activations only; a KV cache in another format than theirs (the other
 //    16-bit type, fp8/int8/int4/fp4) is decoded by the tile loader, through

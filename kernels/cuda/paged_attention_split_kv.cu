@@ -20,6 +20,11 @@
 //   2. MergeKernel, one warp per (token, head): combines the token's splits
 //      in increasing split order and writes out in the storage dtype.
 //
+// The scaled formats at head dims 64 and 128 run step 1 on tensor cores
+// instead (SplitKvMmaKernel, paged_attention_split_kv_mma.cuh: same grid,
+// splits, workspace partials and merge). The rest of this comment is the
+// CUDA-core kernel, SplitKvKernel.
+//
 // Inside a CTA (128 threads): a "row group" of kLanes lanes covers one K/V
 // row (head_dim elements) with 16-byte loads, one or two chunks per lane
 // (scaled KV formats: 8-byte (fp8, int8) or 4-byte (int4, fp4) chunks of 8
