@@ -2,15 +2,16 @@
 """The daemon on the GPU with each --kv_cache_dtype, through the HTTP API.
 
 For every format named: start `kvserve --backend=cuda --kv_cache_dtype=F` on
-loopback (ports picked by the daemon), then check that
-  * /metrics' kvserve_server_info says backend="cuda" and the format (its
+loopback (ports picked by the daemon; --backend=cpu runs the same checks on
+the CPU backend, which is how CI keeps this script honest), then check that
+  * /metrics' kvserve_server_info says the backend and the format (its
     kvserve_kv_cache_capacity_tokens is printed);
   * a greedy /v1/completions of 32 tokens (ignore_eos) from a 40-token prompt
     returns 32 tokens, and the same request again returns the same text.
 Prints one line per format and exits 1 if any check failed. The standard
 library only (the GPU machine has python3, not the test dependencies).
 
-Usage: daemon_kv_formats_check.py KVSERVE_BINARY MODEL FORMAT [FORMAT ...]
+Usage: daemon_kv_formats_check.py [--backend=cuda|cpu] KVSERVE_BINARY MODEL FORMAT...
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ def post(url: str, body: dict) -> dict:
         return json.loads(resp.read())
 
 
-def check(binary: str, model: str, fmt: str) -> list[str]:
+def check(binary: str, model: str, fmt: str, backend: str) -> list[str]:
     problems: list[str] = []
-    args = [binary, f"--model={model}", "--backend=cuda", f"--kv_cache_dtype={fmt}",
+    args = [binary, f"--model={model}", f"--backend={backend}", f"--kv_cache_dtype={fmt}",
             "--host=127.0.0.1", "--port=0", "--metrics_port=0", "--http_port=-1"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log: list[str] = []
@@ -65,7 +66,8 @@ def check(binary: str, model: str, fmt: str) -> list[str]:
         with urllib.request.urlopen(metrics_url, timeout=30) as resp:
             metrics = resp.read().decode().splitlines()
         info = [l for l in metrics if l.startswith("kvserve_server_info{")]
-        if not info or 'backend="cuda"' not in info[0] or f'kv_cache_dtype="{fmt}"' not in info[0]:
+        if not info or f'backend="{backend}"' not in info[0] or \
+                f'kv_cache_dtype="{fmt}"' not in info[0]:
             problems.append(f"server_info: {info[:1]}")
         capacity = [l.split()[-1] for l in metrics
                     if l.startswith("kvserve_kv_cache_capacity_tokens")]
@@ -87,13 +89,17 @@ def check(binary: str, model: str, fmt: str) -> list[str]:
 
 
 def main() -> int:
-    if len(sys.argv) < 4:
+    argv = sys.argv[1:]
+    backend = "cuda"
+    if argv and argv[0].startswith("--backend="):
+        backend = argv.pop(0).split("=", 1)[1]
+    if len(argv) < 3 or backend not in ("cuda", "cpu"):
         print(__doc__)
         return 2
-    binary, model, formats = sys.argv[1], sys.argv[2], sys.argv[3:]
+    binary, model, formats = argv[0], argv[1], argv[2:]
     failed = False
     for fmt in formats:
-        problems = check(binary, model, fmt)
+        problems = check(binary, model, fmt, backend)
         print(f"{model} --kv_cache_dtype={fmt}: {'PASS' if not problems else 'FAIL'}")
         for p in problems:
             print(f"    {p}")
