@@ -179,7 +179,7 @@ __attribute__((target("avx2,fma"))) void AccumulateAvx2(float* out, float corr, 
 }
 
 struct Avx2Ops {
-  static constexpr bool kIntegerCodes = false;
+  static constexpr bool kIntegerCodes = true;  // when UsesIntegerCodeAttention
   static constexpr bool kRows16InPlace = false;
   // Rows of every format read in place (attention_avx2.cc) when the head
   // dim is a multiple of 8; the other dims decode rows into an fp32 tile
@@ -315,6 +315,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   internal::CodeQuery code_query;
   const bool codes = Ops::kIntegerCodes && UsesIntegerCodeAttention(p.kv_dtype, dim) &&
                      internal::PrepareCodeQuery(p, pass, &code_query);
+  const bool vnni = codes && internal::UsesVnniCodeTile();
   // AVX2: rows of every format read in place, converted in registers.
   const bool rows_avx2 = Ops::kRowsInPlace && internal::Avx2RowTileSupports(dim);
   const uint8_t* k_rows[kTile];
@@ -333,7 +334,8 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   float* scratch = packed ? internal::DecodeScratch(2 * kTile * dim) : nullptr;
   // The next tile's lines, for the AVX2 row step to ask for (below): on
   // decode passes over long contexts, whose rows come from memory.
-  const bool spread_prefetch = rows_avx2 && tokens == 1 && pos + 1 - lo >= kSpreadPrefetchMinKeys;
+  const bool spread_prefetch =
+      (rows_avx2 || (codes && !vnni)) && tokens == 1 && pos + 1 - lo >= kSpreadPrefetchMinKeys;
   internal::LinePrefetcher next_lines;
   for (int tile = lo / kTile * kTile; tile <= pos; tile += kTile) {
     const int j0 = std::max(lo, tile);
@@ -409,9 +411,12 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
       std::fill(k_scales + n, k_scales + kTile, 1.0f);  // finite, for the masked lanes
       std::fill(v_scales + n, v_scales + kTile, 1.0f);
     }
-    if (codes) {
+    if (codes && vnni) {
       internal::AttendCodeTileAvx512Vnni(p, pass, code_query, k_rows, k_scales, v_rows, v_scales,
                                          n);
+    } else if (codes) {
+      internal::AttendCodeTileAvx2(p, pass, code_query, k_rows, k_scales, v_rows, v_scales,
+                                   next_lines);
     } else if (rows_avx2) {
       internal::AttendRowTileAvx2(p, pass, k_rows, k_scales, v_rows, v_scales, n, next_lines);
     } else if (rows16) {
@@ -421,7 +426,11 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     }
   }
   for (int g = 0; g < pass.count; ++g) {
-    if (codes) internal::RestoreCodeValueOrder(p.kv_dtype, dim, pass.out[g]);
+    if (codes && vnni) {
+      internal::RestoreCodeValueOrder(p.kv_dtype, dim, pass.out[g]);
+    } else if (codes) {
+      internal::RestoreCodeValueOrderAvx2(dim, pass.out[g]);
+    }
     const float inv = 1.0f / pass.l[g];
     for (int d = 0; d < dim; ++d) pass.out[g][d] *= inv;
   }
@@ -466,8 +475,11 @@ void AttendItems(const PagedAttentionParams& p, int64_t begin, int64_t end) {
 bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim) {
   const bool integer_codes =
       dtype == KvDtype::kInt8 || dtype == KvDtype::kInt4 || dtype == KvDtype::kFp4E2m1;
-  return integer_codes && head_dim > 0 && head_dim % 64 == 0 && head_dim <= 256 &&
-         ActiveIsa() >= CpuIsa::kAvx512 && HasAvx512Vnni() && HasAvx512Bw();
+  if (!integer_codes || head_dim <= 0 || head_dim % 64 != 0 || head_dim > 256) return false;
+  if (internal::UsesVnniCodeTile()) return true;
+  // AVX2 (or AVX-512 without VNNI): the 4-bit formats (attention_codes_avx2.cc
+  // says why not int8).
+  return ActiveIsa() >= CpuIsa::kAvx2 && dtype != KvDtype::kInt8;
 }
 
 float QuantizeQueryInt8(const float* q, int dim, int8_t* q8, int8_t* q8_low) {
@@ -490,6 +502,10 @@ float QuantizeQueryInt8(const float* q, int dim, int8_t* q8, int8_t* q8_low) {
 }
 
 namespace internal {
+
+bool UsesVnniCodeTile() {
+  return ActiveIsa() >= CpuIsa::kAvx512 && HasAvx512Vnni() && HasAvx512Bw();
+}
 
 bool PrepareCodeQuery(const PagedAttentionParams& p, const HeadPass& pass, CodeQuery* query) {
   const int dim = p.head_dim;

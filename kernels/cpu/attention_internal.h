@@ -171,9 +171,25 @@ void AttendCodeTileAvx512Vnni(const PagedAttentionParams& p, HeadPass& pass, con
                               const uint8_t* const* k_rows, const float* k_scales,
                               const uint8_t* const* v_rows, const float* v_scales, int n);
 
+// The same step for int4 and fp4 rows on AVX2 without VNNI
+// (attention_codes_avx2.cc): the same scores, bit for bit; the AVX2 softmax
+// (SoftmaxAvx2), then the same rounding of the weights and integer value
+// sums. next_tile as for AttendRowTileAvx2. Needs AVX2, FMA and F16C; each
+// head's result is bit-identical whatever the pass's head count and the
+// tile's place in the batch.
+void AttendCodeTileAvx2(const PagedAttentionParams& p, HeadPass& pass, const CodeQuery& query,
+                        const uint8_t* const* k_rows, const float* k_scales,
+                        const uint8_t* const* v_rows, const float* v_scales,
+                        LinePrefetcher& next_tile);
+
+// True when the integer-code path runs the VNNI step above on ActiveIsa()
+// (AVX-512 with VNNI and BW), false when it runs the AVX2 step.
+bool UsesVnniCodeTile();
+
 // The tile steps above keep each head's output in the order their integer
-// value sums produce it, not dimension order; this puts one head's row back
-// in dimension order, after the pass's last tile.
+// value sums produce it, not dimension order; these put one head's row back
+// in dimension order, after the pass's last tile (one per step).
 void RestoreCodeValueOrder(KvDtype dtype, int head_dim, float* out);
+void RestoreCodeValueOrderAvx2(int head_dim, float* out);
 
 }  // namespace kvserve::kernels::internal

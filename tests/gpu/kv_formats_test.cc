@@ -347,13 +347,14 @@ class World {
   }
 
   // The CPU kernel on the same bytes and scales (and the same rounded q), on
-  // its AVX2 path at most: that path attends over the decoded fp32 values, as
-  // the GPU does. The AVX-512 path computes int8 / int4 / fp4 attention on the
-  // integer codes, rounding q to int8 and the softmax weights to int16 per
-  // tile (docs/engine.md), an approximation of its own (on H100's host it put
-  // the GPU 1-3% away at head dim 64 / 128 / 256).
+  // its scalar path: that path attends over the decoded fp32 values, as the
+  // GPU does. The AVX-512 path computes int8 / int4 / fp4 attention on the
+  // integer codes, and the AVX2 path int4 / fp4, rounding q to int8 and the
+  // softmax weights to int16 per tile (docs/engine.md), an approximation of
+  // its own (on H100's host it put the GPU 1-3% away at head dim 64 / 128 /
+  // 256).
   std::vector<float> Reference() const {
-    kernels::ScopedIsaOverride decoded_fp32_path(kernels::CpuIsa::kAvx2);
+    kernels::ScopedIsaOverride decoded_fp32_path(kernels::CpuIsa::kScalar);
     std::vector<float> out(out_elems());
     kernels::PagedAttentionParams p;
     p.q = q_.data();
