@@ -114,13 +114,14 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
     }
   }
   starts.push_back(static_cast<int32_t>(ids.size()));
-  // Write every slot through the kernel, 1024 tokens at a time.
+  // Write every slot through the kernel, up to 1024 tokens at a time.
   const int64_t slots_total = int64_t{kSeqs} * kCtx;
   std::vector<float> kv(1024 * kKvHeads * kDim);
   for (int64_t first = 0; first < slots_total; first += 1024) {
+    const int64_t count = std::min<int64_t>(1024, slots_total - first);
     for (float& f : kv) f = dist(rng);
     slots.clear();
-    for (int64_t i = first; i < first + 1024; ++i) slots.push_back(i);
+    for (int64_t i = first; i < first + count; ++i) slots.push_back(i);
     kernels::WriteKvCache({.k = kv.data(),
                            .v = kv.data(),
                            .src_stride = kKvHeads * kDim,
@@ -130,7 +131,7 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
                            .k_scales = cache.k_scales(0),
                            .v_scales = cache.v_scales(0),
                            .slot_mapping = slots.data(),
-                           .num_tokens = 1024,
+                           .num_tokens = static_cast<int>(count),
                            .num_kv_heads = kKvHeads,
                            .head_dim = kDim,
                            .block_size = kBlock});
