@@ -74,23 +74,26 @@ struct PagedAttentionParams {
 // AVX-512, bf16 and fp16 rows are read in place instead, each value widened
 // in registers exactly as the decoder would: the same results, bit for bit.
 //
-// Integer codes (int8, int4, fp4 e2m1, head_dim a multiple of 64 up to 256,
-// when UsesIntegerCodeAttention): no fp32 tile. Each (token, head)'s q is
-// rounded once to int8 digits (QuantizeQueryInt8): two for int8 rows (q to
-// 1/32512 of its largest value, far below the rows' own 1/254), one for the
-// 4-bit formats (whose step is 16 times int8's; llama.cpp rounds q to int8
-// for its 8-bit K likewise). A score is then an exact integer dot product
-// of codes (AVX-512 VNNI vpdpbusd) times q's and the key row's scales. p.v
-// is an exact integer sum too (vpdpwssd): per tile and head, each softmax
-// weight times its V row's scale is rounded to an int16 multiple of the
-// tile's largest / 32767, an error below 1/65534 of that largest weight
-// (the int8 rows' own step is 1/254 of a row). These two roundings are the
-// only approximations added; each depends on one (token, head) and one
-// tile, so the invariance above holds.
+// Integer codes (int8, int4, fp4 e2m1 with AVX-512 VNNI; int4 and fp4 on
+// AVX2; head_dim a multiple of 64 up to 256: UsesIntegerCodeAttention): no
+// fp32 tile. Each (token, head)'s q is rounded once to int8 digits
+// (QuantizeQueryInt8): two for int8 rows (q to 1/32512 of its largest
+// value, far below the rows' own 1/254), one for the 4-bit formats (whose
+// step is 16 times int8's; llama.cpp rounds q to int8 for its 8-bit K
+// likewise). A score is then an exact integer dot product of codes (AVX-512
+// VNNI vpdpbusd; AVX2 vpmaddubsw) times q's and the key row's scales. p.v is
+// an exact integer sum too (vpdpwssd; AVX2 vpmaddwd): per tile and head,
+// each softmax weight times its V row's scale is rounded to an int16
+// multiple of the tile's largest / 32767, an error below 1/65534 of that
+// largest weight (the int8 rows' own step is 1/254 of a row). These two
+// roundings are the only approximations added; each depends on one (token,
+// head) and one tile, so the invariance above holds.
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool);
 
 // True when PagedAttention takes the integer-code path above for rows of
-// `dtype` and `head_dim` on ActiveIsa() (AVX-512 with VNNI and BW).
+// `dtype` and `head_dim` on ActiveIsa(): int8, int4 and fp4 on AVX-512 with
+// VNNI and BW; int4 and fp4 on AVX2 (without VNNI an integer dot product of
+// int8 rows measured slower than their fp32 one).
 bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim);
 
 // The query rounding of that path, in fp32: x = q[d] * (127 / max|q|),
