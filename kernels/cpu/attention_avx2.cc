@@ -75,9 +75,11 @@ struct F16Rows {
 
 // e4m3fn codes through fp16: (c & 0x7f) << 7 puts the code's exponent and
 // mantissa under fp16's, which is the code's value times 2^-8 exactly,
-// subnormals included (fp16's exponent bias is 8 more); t + (t & 0x4000)
-// carries the sign from bit 14 to 15. NaN codes (0x7f, 0xff) come out
-// finite: a row holding one gets a NaN scale instead (RowHasFp8Nan).
+// subnormals included (fp16's exponent bias is 8 more), and the sign goes
+// to bit 15. Built as c << 8 (the code in a lane's high byte, by one
+// unpack), shifted right arithmetically by 1 (the sign lands in bits 15 and
+// 14), bit 14 cleared. NaN codes (0x7f, 0xff) come out finite: a row
+// holding one gets a NaN scale instead (RowHasFp8Nan).
 struct Fp8Rows {
   static constexpr bool kConvertForManyHeads = true;
   static constexpr float kScaleFactor = 256.0f;
@@ -85,8 +87,9 @@ struct Fp8Rows {
   static constexpr int kScoreGroupHeads = kGroupHeads;
   static __m256 Load8(const uint8_t* row, int d) {
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + d));
-    const __m128i t = _mm_slli_epi16(_mm_cvtepu8_epi16(b), 7);
-    return _mm256_cvtph_ps(_mm_add_epi16(t, _mm_and_si128(t, _mm_set1_epi16(0x4000))));
+    const __m128i high = _mm_unpacklo_epi8(_mm_setzero_si128(), b);
+    const __m128i h = _mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(~0x4000));
+    return _mm256_cvtph_ps(h);
   }
 };
 
