@@ -94,13 +94,22 @@ class LinePrefetcher {
   }
   // Calls visit(line address) for the next `lines` lines of the list (fewer
   // at its end), in order, and counts them as asked for.
+  // A run's lines go out from one tight loop (the bookkeeping per run, not
+  // per line: per line it was a fifth of a bf16 pass's instructions in L2).
   template <class Visit>
   void Take(int lines, Visit visit) {
-    if (issued_ >= total_) return;  // nothing (left) to ask for
-    const int target = std::min(total_, issued_ + lines);
-    for (; issued_ < target; ++issued_) {
-      visit(reinterpret_cast<const void*>((runs_[run_].first_line + line_) * 64));
-      if (++line_ == runs_[run_].lines) {
+    lines = std::min(lines, total_ - issued_);  // nothing (left) to ask for: 0
+    while (lines > 0) {
+      const Run& run = runs_[run_];
+      const int take = std::min(lines, run.lines - line_);
+      const uintptr_t first = run.first_line + line_;
+      for (uintptr_t line = first; line < first + take; ++line) {
+        visit(reinterpret_cast<const void*>(line * 64));
+      }
+      issued_ += take;
+      lines -= take;
+      line_ += take;
+      if (line_ == run.lines) {
         line_ = 0;
         ++run_;
       }
