@@ -309,40 +309,48 @@ constexpr double kBound = 2e-5;  // see the top of the file
 
 class KvQuantAttentionTest : public ::testing::TestWithParam<KvDtype> {};
 
-// Contexts 1, 54, 97: every query against the reference; one query per
-// step (decode) is bit-identical to all at once (prefill).
-TEST_P(KvQuantAttentionTest, ShortContextsMatchReference) {
+// Every position of every sequence of `c` in one call against the
+// reference, and each alone (decode) bit-identical to its place in the
+// batch (prefill chunks), on every ISA path.
+void ExpectEveryPositionMatches(KvDtype dtype, const Case& c, uint32_t seed, float softcap) {
   ThreadPool two(2);
+  for (CpuIsa isa : Isas()) {
+    SCOPED_TRACE(std::string(IsaName(isa)) + " dim " + std::to_string(c.dim));
+    ScopedIsaOverride force(isa);
+    Paged w(dtype, c, seed);
+    w.SetSoftcap(softcap);
+    w.WriteAll();
+    std::vector<std::pair<int, int>> all;
+    for (int s = 0; s < static_cast<int>(c.lens.size()); ++s) {
+      for (int p = 0; p < c.lens[s]; ++p) all.emplace_back(s, p);
+    }
+    const std::vector<float> out = w.Attend(all, &two);
+    for (size_t i = 0; i < all.size(); ++i) {
+      auto [s, p] = all[i];
+      for (int h = 0; h < c.heads; ++h) {
+        const std::vector<double> ref = w.Reference(s, p, h);
+        for (int d = 0; d < c.dim; ++d) {
+          ASSERT_NEAR(out[(i * c.heads + h) * c.dim + d], ref[d], kBound)
+              << "seq " << s << " pos " << p << " head " << h << " d " << d;
+        }
+      }
+      const std::vector<float> alone = w.Attend({all[i]}, nullptr);
+      ASSERT_EQ(
+          0, std::memcmp(alone.data(), &out[i * c.heads * c.dim], sizeof(float) * c.heads * c.dim))
+          << "batch invariance, seq " << s << " pos " << p;
+    }
+  }
+}
+
+// Contexts 1, 54, 97.
+TEST_P(KvQuantAttentionTest, ShortContextsMatchReference) {
   // Dims 37 and 20 take the AVX-512 path's fallback; 64, 48 and 128 the
-  // path, and 64 and 128 the integer-code path for int8, int4 and fp4.
+  // path, and 64 and 128 the integer-code path (int8, int4 and fp4 on
+  // AVX-512 VNNI; int4 and fp4 on AVX2).
   for (const Case& c : {Case{6, 2, 37, 16, {1, 54, 97}}, Case{4, 1, 20, 8, {97, 1, 54}},
                         Case{9, 3, 64, 16, {54, 1, 97}}, Case{7, 1, 48, 8, {97, 54}},
                         Case{8, 2, 128, 16, {54, 97}}}) {
-    for (CpuIsa isa : Isas()) {
-      SCOPED_TRACE(std::string(IsaName(isa)) + " dim " + std::to_string(c.dim));
-      ScopedIsaOverride force(isa);
-      Paged w(GetParam(), c, 21);
-      w.WriteAll();
-      std::vector<std::pair<int, int>> all;
-      for (int s = 0; s < static_cast<int>(c.lens.size()); ++s) {
-        for (int p = 0; p < c.lens[s]; ++p) all.emplace_back(s, p);
-      }
-      const std::vector<float> out = w.Attend(all, &two);
-      for (size_t i = 0; i < all.size(); ++i) {
-        auto [s, p] = all[i];
-        for (int h = 0; h < c.heads; ++h) {
-          const std::vector<double> ref = w.Reference(s, p, h);
-          for (int d = 0; d < c.dim; ++d) {
-            ASSERT_NEAR(out[(i * c.heads + h) * c.dim + d], ref[d], kBound)
-                << "seq " << s << " pos " << p << " head " << h << " d " << d;
-          }
-        }
-        const std::vector<float> alone = w.Attend({all[i]}, nullptr);
-        ASSERT_EQ(0, std::memcmp(alone.data(), &out[i * c.heads * c.dim],
-                                 sizeof(float) * c.heads * c.dim))
-            << "batch invariance, seq " << s << " pos " << p;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectEveryPositionMatches(GetParam(), c, 21, 0.0f));
   }
 }
 
@@ -375,33 +383,10 @@ TEST_P(KvQuantAttentionTest, LongContextMatchesReference) {
 // steps included: a cap of 0.4 bends most of these scores (q . k / sqrt(64)
 // of these uniform rows has a standard deviation of about 0.83), so a step
 // that skipped the tanh misses the reference by far more than the bound
-// (the AVX2 integer-code step without it fails: tried). Every position of
-// each sequence, so decode passes and prefill chunks both.
+// (the AVX2 integer-code step without it fails: tried).
 TEST_P(KvQuantAttentionTest, SoftcappedScoresMatchReference) {
-  ThreadPool two(2);
   for (const Case& c : {Case{9, 3, 64, 16, {70, 33}}, Case{8, 2, 128, 16, {54}}}) {
-    for (CpuIsa isa : Isas()) {
-      SCOPED_TRACE(std::string(IsaName(isa)) + " dim " + std::to_string(c.dim));
-      ScopedIsaOverride force(isa);
-      Paged w(GetParam(), c, 24);
-      w.SetSoftcap(0.4f);
-      w.WriteAll();
-      std::vector<std::pair<int, int>> all;
-      for (int s = 0; s < static_cast<int>(c.lens.size()); ++s) {
-        for (int p = 0; p < c.lens[s]; ++p) all.emplace_back(s, p);
-      }
-      const std::vector<float> out = w.Attend(all, &two);
-      for (size_t i = 0; i < all.size(); ++i) {
-        auto [s, p] = all[i];
-        for (int h = 0; h < c.heads; ++h) {
-          const std::vector<double> ref = w.Reference(s, p, h);
-          for (int d = 0; d < c.dim; ++d) {
-            ASSERT_NEAR(out[(i * c.heads + h) * c.dim + d], ref[d], kBound)
-                << "seq " << s << " pos " << p << " head " << h << " d " << d;
-          }
-        }
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectEveryPositionMatches(GetParam(), c, 24, 0.4f));
   }
 }
 
