@@ -57,7 +57,7 @@ void DecodeRowByRow(DecodeRow decode, KvDtype dtype, const uint8_t* src, const f
 // the same three, each with a fixed operation order of its own. ----
 
 struct ScalarOps {
-  static constexpr bool kIntegerCodes = false;  // the integer-code path is AVX-512 only
+  static constexpr bool kIntegerCodes = false;  // the integer-code steps need AVX2 at least
   static constexpr bool kRows16InPlace = false;
   static constexpr bool kRowsInPlace = false;
   // s[j] = dot(q, keys[j]) * scale

@@ -43,15 +43,15 @@ namespace {
 constexpr int kTile = kAttentionKeyTile;
 static_assert(kTile == 32, "weights are rounded and packed as 4 vectors of 8");
 
-// Heads sharing each row's loads: 3 heads x 4 keys of score accumulators,
-// or 3 heads x 4 vectors of value sums (12 ymm).
+// Heads sharing each row's loads: 3 heads x 4 keys of score accumulators
+// (12 ymm), or 3 heads x 2 vectors of value sums.
 constexpr int kGroupHeads = 3;
 
 // A row's codes per 64-value piece in "byte order": the piece's 32 packed
 // bytes' low nibbles (its even values) as bytes 0..31, their high nibbles
-// (the odd values) as bytes 32..63, as PrepareCodeQuery lays out q. The scores read a piece in
-// halves (bytes 32 h .. 32 h + 31), the values in quarters (16 q ..
-// 16 q + 15).
+// (the odd values) as bytes 32..63, as PrepareCodeQuery lays out q. The
+// scores read a piece in halves (bytes 32 h .. 32 h + 31), the values in
+// quarters (16 q .. 16 q + 15).
 inline __m256i NibblesOfHalf(const uint8_t* row, int piece, int half) {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * piece));
   const __m256i mask = _mm256_set1_epi8(15);
@@ -67,7 +67,6 @@ inline __m128i NibblesOfQuarter(const uint8_t* row, int piece, int quarter) {
 
 // int4: nibble n holds code (n ^ 8) - 8, so u = n ^ 8 = code + 8.
 struct Int4Codes {
-  static constexpr bool kNibbles = true;
   static constexpr float kValueUnit = 1.0f;
   static __m256i Unsigned32(const uint8_t* row, int piece, int half) {
     return _mm256_xor_si256(NibblesOfHalf(row, piece, half), _mm256_set1_epi8(8));
@@ -81,7 +80,6 @@ struct Int4Codes {
 // fp4 e2m1: twice a code's value is an integer in [-12, 12]; u = 2 v + 12
 // (the query's scale carries the 1/2, and kValueUnit the values').
 struct Fp4Codes {
-  static constexpr bool kNibbles = true;
   static constexpr float kValueUnit = 0.5f;
   static __m256i Unsigned32(const uint8_t* row, int piece, int half) {
     const __m256i unsigned_twice = _mm256_broadcastsi128_si256(
@@ -132,7 +130,6 @@ void CodeScoreGroup(const CodeQuery& query, const int* g, int nk, int pieces,
         }
       }
     }
-
     const __m128 ks = _mm_loadu_ps(k_scales + j0);
     for (int h = 0; h < kHeads; ++h) {
       // Lane i of the lower (upper) half: key i's lanes 0-3 (4-7).
@@ -200,7 +197,7 @@ inline void RoundWeights(const float* w, int n, const float* vs, int g, TileWeig
 
 // For kHeads heads (pass indices heads[0, kHeads)), bytes 16 quarter ..
 // 16 quarter + 15 of piece `piece` of the values: acc = sum_j weight[j] *
-// code_j over the first n keys in int32 (exact: |acc| <= 32 * 32767 * 127
+// code_j over the first n keys in int32 (exact: |acc| <= 32 * 32767 * 12
 // < 2^31), then out = out * corr + acc * step, out in byte order.
 template <class Codes, int kHeads>
 void AccumulateCodeQuarter(HeadPass& pass, const int* heads, const float* corr,

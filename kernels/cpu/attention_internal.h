@@ -95,7 +95,8 @@ class LinePrefetcher {
   // Calls visit(line address) for the next `lines` lines of the list (fewer
   // at its end), in order, and counts them as asked for.
   // A run's lines go out from one tight loop (the bookkeeping per run, not
-  // per line: per line it was a fifth of a bf16 pass's instructions in L2).
+  // per line: listing and asking line by line took a fifth of a bf16 pass in
+  // L2).
   template <class Visit>
   void Take(int lines, Visit visit) {
     lines = std::min(lines, total_ - issued_);  // nothing (left) to ask for: 0
