@@ -250,13 +250,6 @@ void AccumulateGroup(int head_dim, float* const* out, const float* corr, const f
   AccumulateRest<Rows, kHeads, kVecs - 1>(out, corr, wv, v_rows, n, 8 * c, vecs - c);
 }
 
-// Size of the next group when `left` heads remain to be cut into
-// ceil(left / kGroupHeads) groups as even as can be (4 heads: 2 + 2).
-inline int NextGroupSize(int left, int most = kGroupHeads) {
-  const int groups = (left + most - 1) / most;
-  return (left + groups - 1) / groups;
-}
-
 // The tile step proper; ks / vs: the rows' scales as the arithmetic uses
 // them (AttendTileFormat).
 template <class Rows>
@@ -272,7 +265,7 @@ void AttendTileRows(const PagedAttentionParams& p, HeadPass& pass, const uint8_t
   }
   const int groups = (count + Rows::kScoreGroupHeads - 1) / Rows::kScoreGroupHeads;
   for (int i = 0; i < count;) {
-    const int size = NextGroupSize(count - i, Rows::kScoreGroupHeads);
+    const int size = NextHeadGroupSize(count - i, Rows::kScoreGroupHeads);
     const bool prefetch = next_tile.Pending();
     const int* g = active + i;
     switch (size) {
@@ -307,7 +300,7 @@ void AttendTileRows(const PagedAttentionParams& p, HeadPass& pass, const uint8_t
     const int g1 = HeadRunEnd(pass, g0);
     const int ng = pass.n[g0];
     for (int g = g0; ng > 0 && g < g1;) {
-      const int size = NextGroupSize(g1 - g, Rows::kValueGroupHeads);
+      const int size = NextHeadGroupSize(g1 - g, Rows::kValueGroupHeads);
       alignas(32) float wv[kGroupHeads][kTile];
       for (int h = 0; h < size; ++h) {
         for (int j = 0; j < ng; ++j) wv[h][j] = s[g + h][j] * vs[j];

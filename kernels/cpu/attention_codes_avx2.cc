@@ -229,13 +229,6 @@ void AccumulateCodeQuarter(HeadPass& pass, const int* heads, const float* corr,
   }
 }
 
-// Size of the next group when `left` heads remain to be cut into
-// ceil(left / kGroupHeads) groups as even as can be (4 heads: 2 + 2).
-inline int NextGroupSize(int left) {
-  const int groups = (left + kGroupHeads - 1) / kGroupHeads;
-  return (left + groups - 1) / groups;
-}
-
 template <class Codes>
 void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQuery& query,
                     const uint8_t* const* k_rows, const float* k_scales,
@@ -253,7 +246,7 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
   }
   const int groups = (num_active + kGroupHeads - 1) / kGroupHeads;
   for (int i = 0; i < num_active;) {
-    const int size = NextGroupSize(num_active - i);
+    const int size = NextHeadGroupSize(num_active - i, kGroupHeads);
     const int* g = active + i;
     int nk = 0;
     for (int h = 0; h < size; ++h) nk = std::max(nk, pass.n[g[h]]);
@@ -287,7 +280,7 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
   for (int c = 0; c < pieces; ++c) {
     for (int quarter = 0; quarter < 4; ++quarter) {
       for (int i = 0; i < num_active;) {
-        const int size = NextGroupSize(num_active - i);
+        const int size = NextHeadGroupSize(num_active - i, kGroupHeads);
         const int* heads = active + i;
         switch (size) {
           case 3:

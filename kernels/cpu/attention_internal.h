@@ -38,6 +38,14 @@ inline int HeadRunEnd(const HeadPass& pass, int g) {
   return e;
 }
 
+// Size of the next group when `left` heads remain to be cut into
+// ceil(left / most) groups as even as can be (4 heads, most 3: 2 + 2): how
+// the AVX2 tile steps group a pass's heads to share each row they read.
+inline int NextHeadGroupSize(int left, int most) {
+  const int groups = (left + most - 1) / most;
+  return (left + groups - 1) / groups;
+}
+
 // True when the AVX-512 tile step handles rows of `head_dim` values: a
 // multiple of 16 up to 256 (one to sixteen zmm per row).
 bool Avx512AttentionSupports(int head_dim);
