@@ -220,6 +220,7 @@ struct Case {
   int head_dim = 128;
   int block_size = 16;
   int sliding_window = 0;
+  float softcap = 0.0f;  // 0: none
   std::vector<int> lens;
   std::vector<int> chunks;  // query tokens per sequence; empty: 1 each
 };
@@ -341,6 +342,7 @@ class World {
     p.max_seq_len = max_seq_len_;
     p.scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
     p.sliding_window = c_.sliding_window;
+    p.softcap = c_.softcap;
     p.workspace = d_ws_.get();
     p.workspace_bytes = d_ws_.bytes();
     return p;
@@ -376,6 +378,7 @@ class World {
     p.block_ids = block_ids_.data();
     p.scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
     p.sliding_window = c_.sliding_window;
+    p.softcap = c_.softcap;
     kernels::PagedAttention(p, &kernels::ThreadPool::Default());
     return out;
   }
@@ -513,6 +516,28 @@ TEST(KvFormatAttention, CudaCoreAndTensorCoreSplitKvMatchCpu) {
         SCOPED_TRACE(cuda_cores ? "CUDA cores" : "tensor cores");
         ExpectMatchesCpu(w, ToFloats(c.dtype, w.Run(w.Params(), false, false, cuda_cores)));
       }
+    }
+  }
+}
+
+// Soft-capped scores (Gemma 2) on every scaled format: head dims 64 and 128
+// on tensor cores, 80 on CUDA cores, against the CPU kernel's cap. A cap of
+// 2 bends most scores of these rows (|score| up to ~7), so a kernel that
+// skipped or misplaced the tanh would be far outside the bound.
+TEST(KvFormatAttention, SoftcappedSplitKvMatchesCpu) {
+  for (KvDtype format : {KvDtype::kFp8E4m3, KvDtype::kInt8, KvDtype::kInt4, KvDtype::kFp4E2m1}) {
+    for (int dim : {64, 80, 128}) {
+      Case c;
+      c.format = format;
+      c.dtype = ElemType::kF32;
+      c.num_kv_heads = 2;
+      c.num_heads = 8;
+      c.head_dim = dim;
+      c.softcap = 2.0f;
+      c.lens = SeventeenLens();
+      World w(c, 77 + dim);
+      SCOPED_TRACE(Name(format) + " dim " + std::to_string(dim));
+      ExpectMatchesCpu(w, ToFloats(c.dtype, w.Run(w.Params(), /*dispatcher=*/false)));
     }
   }
 }
