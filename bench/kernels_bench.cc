@@ -251,10 +251,12 @@ int Main() {
     std::printf("    %-28s | %8.2f %7.1f%% | %8.2f %7.1f%%\n", c.name, b / 1e9, 100 * b / copy,
                 b1 / 1e9, 100 * b1 / copy1);
   }
-  // The same GEMV with 16-bit and int8 weights (widened in registers): as
-  // many matrices of each, 4x / 2x as many for the narrower formats, so W
-  // stays far beyond L3; the bytes are the narrow ones read.
-  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8}) {
+  // The same GEMV with 16-bit and int8 weights (widened in registers), and
+  // with the dot-product formats (x quantized or rounded per call, as decode
+  // does): as many matrices of each, 4x / 2x as many for the narrower
+  // formats, so W stays far beyond L3; the bytes are the narrow ones read.
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8,
+                         WeightFormat::kBF16Dot, WeightFormat::kW8A8}) {
     const int count = static_cast<int>(64 * 4 / WeightFormatBytes(f));
     const double b = GemvBytesPerSecond(1536, 576, count, &pool, Timer::kWall, f);
     const double b1 = GemvBytesPerSecond(1536, 576, count, nullptr, Timer::kThreadCpu, f);

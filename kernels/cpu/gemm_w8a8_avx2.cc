@@ -18,10 +18,16 @@ namespace kvserve::kernels::internal {
 namespace {
 
 struct Ops {
-  // 16 ymm: 4 rows x 2 vectors of accumulators, 2 weights, |x| and x, ones.
-  static constexpr int kMainRows = 4;
-  static constexpr int kMainPanels = 1;
-  static constexpr int RemPanels(int rows) { return rows == 1 ? 2 : 1; }
+  // 16 ymm: 2 rows x 2 panels x 2 vectors of accumulators, a weight, |x|
+  // and x per row, ones. Decode's few rows read their weights faster from
+  // more panels (streams) at once, so a lone row takes 4 panels. On a Zen 2
+  // core the 1-row GEMV of 2 panels stalled on its loads (most samples just
+  // after them) at about half of one thread's copy rate; 4 panels read 1.3x
+  // faster, and the 2 x 2 tile 1.1-1.2x faster than 4 rows x 1 panel at 2
+  // to 4 rows, level from 8 (docs/engine.md).
+  static constexpr int kMainRows = 2;
+  static constexpr int kMainPanels = 2;
+  static constexpr int RemPanels(int /*rows: 1*/) { return 4; }
 
   using VI = __m256i;
   using VW = __m256i;
