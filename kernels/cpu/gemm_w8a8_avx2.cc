@@ -24,7 +24,7 @@ struct Ops {
   // core the 1-row GEMV of 2 panels stalled on its loads (most samples just
   // after them) at about half of one thread's copy rate; 4 panels read 1.3x
   // faster, and the 2 x 2 tile 1.1-1.2x faster than 4 rows x 1 panel at 2
-  // to 4 rows, level from 8 (docs/engine.md).
+  // to 4 rows, level from 8 (docs/benchmarks.md).
   static constexpr int kMainRows = 2;
   static constexpr int kMainPanels = 2;
   static constexpr int RemPanels(int /*rows: 1*/) { return 4; }
