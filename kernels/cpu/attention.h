@@ -14,7 +14,8 @@
 // Batch invariance: keys are reduced in tiles of kAttentionKeyTile aligned to
 // absolute position 0 with an online softmax, in increasing tile order, so a
 // query's output depends only on its own q and keys, never on chunking, on
-// other sequences or on thread count. One (token, head) is computed by one thread.
+// other sequences or on thread count. One (token, head) is computed by one thread;
+// threads take whole GQA groups (one kv head's query heads of one token).
 #pragma once
 
 #include <cstdint>

@@ -331,7 +331,8 @@ TEST(PagedAttentionTest, MhaWideHeads) {
 
 // The AVX-512 path's shapes: head_dim in 16-lane vectors (3, 5, 16: its
 // 4-vector blocks and their remainders) and query groups of 7 and 5 (its
-// 4-head blocks and their remainders), which the work split also cuts.
+// 4-head blocks and their remainders; a prefill pass of two tokens' 14
+// heads gives others).
 TEST(PagedAttentionTest, Avx512VectorAndGroupShapes) {
   struct Shape {
     int heads, kv_heads, dim;
