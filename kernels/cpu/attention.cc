@@ -562,8 +562,7 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool) {
   // head's result does not depend on its pass (above), so the split changes
   // no bit.
   const int64_t group = p.num_heads / p.num_kv_heads;
-  pool->ParallelFor(items / group, 1,
-                    [&](int64_t b, int64_t e) { body(b * group, e * group); });
+  pool->ParallelFor(items / group, 1, [&](int64_t b, int64_t e) { body(b * group, e * group); });
 }
 
 void WriteKvCache(const WriteKvParams& p) {
