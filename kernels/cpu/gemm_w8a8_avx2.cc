@@ -20,14 +20,16 @@ namespace {
 struct Ops {
   // 16 ymm: 2 rows x 2 panels x 2 vectors of accumulators, a weight, |x|
   // and x per row, ones. Decode's few rows read their weights faster from
-  // more panels (streams) at once, so a lone row takes 4 panels. On a Zen 2
-  // core the 1-row GEMV of 2 panels stalled on its loads (most samples just
-  // after them) at about half of one thread's copy rate; 4 panels read 1.3x
-  // faster, and the 2 x 2 tile 1.1-1.2x faster than 4 rows x 1 panel at 2
+  // more panels (streams) at once, so a lone row takes 8 panels (16
+  // accumulators: the compiler keeps 3 of them on the stack, and it still
+  // reads faster than 6 panels without spills). On a Zen 2 core the 1-row
+  // GEMV of 2 panels stalled on its loads (most samples just after them) at
+  // about half of one thread's copy rate; 4 panels read 1.3x faster, 8 a
+  // further 1.1-1.2x; the 2 x 2 tile 1.1-1.2x faster than 4 rows x 1 panel at 2
   // to 4 rows, level from 8 (docs/benchmarks.md).
   static constexpr int kMainRows = 2;
   static constexpr int kMainPanels = 2;
-  static constexpr int RemPanels(int /*rows: 1*/) { return 4; }
+  static constexpr int RemPanels(int /*rows: 1*/) { return 8; }
 
   using VI = __m256i;
   using VW = __m256i;
