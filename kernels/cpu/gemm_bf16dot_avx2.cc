@@ -27,7 +27,7 @@ struct Ops : Avx2Tiling {
   // weights are made just before use).
   // A lone row (decode) reads 8 panels, not Avx2Tiling's 4: more weight
   // streams in flight. Kernels bench (d) on a Zen 2 core, one thread: 19.0-
-  // 19.8 -> 22.2 GB/s (int8 weight-only lost 12% with 8, so only here).
+  // 19.8 -> 22.2 GB/s (int8 weight-only and fp32 lost up to 12%: only here).
   static constexpr int RemPanels(int rows) { return rows == 1 ? 8 : Avx2Tiling::RemPanels(rows); }
   using VI = __m256;
   using VW = __m256i;
