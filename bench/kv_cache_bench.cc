@@ -25,7 +25,8 @@
 namespace kvserve::bench {
 namespace {
 
-constexpr int kHeads = 9, kKvHeads = 3, kDim = 64, kBlock = 16;
+constexpr int kHeads = 9, kKvHeads = 3, kDim = 64;
+int kBlock = 16;             // --block
 int kSeqs = 8, kCtx = 8192;  // --seqs, --ctx
 int kQueries = 1;            // --queries: query tokens per sequence (a prefill chunk's)
 
@@ -162,7 +163,8 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
 }
 
 // Flags: --reps=N (best of N calls, default 5), --formats=a,b (default all),
-// --seqs=N, --ctx=N (a multiple of 16), --threads=N (default: all cores),
+// --seqs=N, --ctx=N (rounded down to a multiple of the block), --block=N
+// (tokens per KV block, default 16), --threads=N (default: all cores),
 // --queries=N (default 1: decode; N > 1: each sequence's last N positions
 // attend at once, as a prefill chunk's tokens do; "GB/s read" still counts
 // the K/V bytes once, and "of FMA peak" the arithmetic of all N).
@@ -176,11 +178,14 @@ int Main(int argc, char** argv) {
     };
     if (value("--reps=") > 0) reps = value("--reps=");
     if (value("--seqs=") > 0) kSeqs = value("--seqs=");
-    if (value("--ctx=") > 0) kCtx = value("--ctx=") / kBlock * kBlock;
+    if (value("--block=") > 0) kBlock = std::min(value("--block="), 256);
+    if (value("--ctx=") > 0) kCtx = value("--ctx=");
     if (value("--threads=") > 0) threads = value("--threads=");
     if (value("--queries=") > 0) kQueries = std::min(value("--queries="), kCtx);
     if (arg.rfind("--formats=", 0) == 0) formats = std::string(",").append(arg, 10).append(",");
   }
+  kCtx = std::max(kCtx / kBlock * kBlock, kBlock);
+  kQueries = std::min(kQueries, kCtx);
   kernels::ThreadPool own(threads > 0 ? threads : 1);
   kernels::ThreadPool& pool = threads > 0 ? own : kernels::ThreadPool::Default();
   threads = pool.num_threads();
