@@ -324,7 +324,9 @@ void GemmDot(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
     x.shifted = body == internal::GemmW8A8PanelsAvx512Vnni;
     bytes.resize(static_cast<size_t>(p.m * x.ld));
     scales.resize(static_cast<size_t>(p.m));
-    auto quantize = avx512 ? internal::QuantizeRowsW8A8Avx512 : internal::QuantizeRowsW8A8;
+    auto quantize = avx512   ? internal::QuantizeRowsW8A8Avx512
+                    : vector ? internal::QuantizeRowsW8A8Avx2
+                             : internal::QuantizeRowsW8A8;
     int8_t* codes = bytes.data();
     float* row_scales = scales.data();
     ConvertRows(p.m, p.w->k, pool, [&](int64_t r0, int64_t r1) {
@@ -338,7 +340,9 @@ void GemmDot(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
                                      : internal::GemmBf16DotPanelsScalar;
     x.ld = internal::Bf16DotDepth(p.w->k) * 2;
     bytes.resize(static_cast<size_t>(p.m * x.ld));
-    auto round = avx512 ? internal::RoundRowsBf16Avx512 : internal::RoundRowsBf16;
+    auto round = avx512   ? internal::RoundRowsBf16Avx512
+                 : vector ? internal::RoundRowsBf16Avx2
+                          : internal::RoundRowsBf16;
     auto* rounded = reinterpret_cast<uint16_t*>(bytes.data());
     ConvertRows(p.m, p.w->k, pool, [&](int64_t r0, int64_t r1) {
       round(p.x + r0 * p.ldx, p.ldx, r1 - r0, p.w->k, rounded + r0 * (x.ld / 2));

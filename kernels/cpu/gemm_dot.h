@@ -59,18 +59,21 @@ inline int64_t DotElementIndex(int64_t row, int64_t kk, int64_t depth, int64_t p
 }
 
 // kW8A8: quantizes rows [0, m) of x as above into codes [m, W8A8Depth(k)]
-// and scales [m]; shifted stores code + 128 as a byte. The Avx512 one is the
-// same, byte for byte.
+// and scales [m]; shifted stores code + 128 as a byte. The Avx2 and Avx512
+// ones are the same, byte for byte.
 void QuantizeRowsW8A8(const float* x, int64_t ldx, int64_t m, int64_t k, bool shifted,
                       int8_t* codes, float* scales);
+void QuantizeRowsW8A8Avx2(const float* x, int64_t ldx, int64_t m, int64_t k, bool shifted,
+                          int8_t* codes, float* scales);
 void QuantizeRowsW8A8Avx512(const float* x, int64_t ldx, int64_t m, int64_t k, bool shifted,
                             int8_t* codes, float* scales);
 
 // kBF16Dot: the bf16 rounding above, one value.
 uint16_t RoundToBf16FlushSubnormal(float v);
 // Rounds rows [0, m) of x into out [m, Bf16DotDepth(k)] bf16 values; the
-// Avx512 one is the same, bit for bit.
+// Avx2 and Avx512 ones are the same, bit for bit.
 void RoundRowsBf16(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* out);
+void RoundRowsBf16Avx2(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* out);
 void RoundRowsBf16Avx512(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* out);
 
 // y for all rows and the column panels [panel_begin, panel_end) of p.w.

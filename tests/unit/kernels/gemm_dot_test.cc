@@ -16,10 +16,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
@@ -129,8 +131,16 @@ TEST(GemmDotTest, W8A8NonFiniteRowsGiveNaNAndLeaveOtherRowsAlone) {
 }
 
 // Both quantizers give the same bytes, shifted or not, on every tail length.
+// The vector quantizers this CPU can run.
+std::vector<std::pair<const char*, decltype(&internal::QuantizeRowsW8A8)>> VectorQuantizers() {
+  std::vector<std::pair<const char*, decltype(&internal::QuantizeRowsW8A8)>> q;
+  if (DetectedIsa() >= CpuIsa::kAvx2) q.push_back({"avx2", internal::QuantizeRowsW8A8Avx2});
+  if (DetectedIsa() >= CpuIsa::kAvx512) q.push_back({"avx512", internal::QuantizeRowsW8A8Avx512});
+  return q;
+}
+
 TEST(GemmDotTest, W8A8VectorQuantizerMatchesScalarByteForByte) {
-  if (DetectedIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  if (VectorQuantizers().empty()) GTEST_SKIP() << "no AVX2";
   std::mt19937 rng(23);
   for (int64_t k : {1, 15, 16, 17, 33, 64, 577}) {
     const int64_t m = 5, depth = internal::W8A8Depth(k);
@@ -139,12 +149,16 @@ TEST(GemmDotTest, W8A8VectorQuantizerMatchesScalarByteForByte) {
     std::fill(x.begin() + 3 * k, x.begin() + 4 * k, 0.0f);
     for (int64_t i = 0; i < k; ++i) x[4 * k + i] = (i % 7 - 3) * 0.5f;  // exact ties
     for (bool shifted : {false, true}) {
-      std::vector<int8_t> a(m * depth, 1), b(m * depth, 2);
-      std::vector<float> sa(m), sb(m);
+      std::vector<int8_t> a(m * depth, 1);
+      std::vector<float> sa(m);
       internal::QuantizeRowsW8A8(x.data(), k, m, k, shifted, a.data(), sa.data());
-      internal::QuantizeRowsW8A8Avx512(x.data(), k, m, k, shifted, b.data(), sb.data());
-      EXPECT_EQ(a, b) << "k=" << k << " shifted=" << shifted;
-      EXPECT_TRUE(SameBits(sa, sb)) << "k=" << k;
+      for (const auto& [name, quantize] : VectorQuantizers()) {
+        std::vector<int8_t> b(m * depth, 2);
+        std::vector<float> sb(m);
+        quantize(x.data(), k, m, k, shifted, b.data(), sb.data());
+        EXPECT_EQ(a, b) << name << " k=" << k << " shifted=" << shifted;
+        EXPECT_TRUE(SameBits(sa, sb)) << name << " k=" << k;
+      }
     }
   }
 }
@@ -266,7 +280,11 @@ TEST(GemmDotTest, Bf16FromCheckpointBitsEqualsRoundedFp32) {
 }
 
 TEST(GemmDotTest, Bf16VectorRoundingMatchesScalar) {
-  if (DetectedIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  std::vector<std::pair<const char*, decltype(&internal::RoundRowsBf16)>> rounders;
+  if (DetectedIsa() >= CpuIsa::kAvx2) rounders.push_back({"avx2", internal::RoundRowsBf16Avx2});
+  if (DetectedIsa() >= CpuIsa::kAvx512)
+    rounders.push_back({"avx512", internal::RoundRowsBf16Avx512});
+  if (rounders.empty()) GTEST_SKIP() << "no AVX2";
   std::mt19937 rng(33);
   for (int64_t k : {1, 15, 16, 17, 64, 99}) {
     const int64_t m = 3, depth = internal::Bf16DotDepth(k);
@@ -276,11 +294,20 @@ TEST(GemmDotTest, Bf16VectorRoundingMatchesScalar) {
       x[1] = -1e-40f;
       x[2] = std::numeric_limits<float>::infinity();
     }
+    // Row 1: just below, at and just above a tie, under even and odd bf16s.
+    for (int64_t i = 0; i < k; ++i) {
+      const uint32_t low[] = {0x7fff, 0x8000, 0x8001};
+      x[k + i] = std::bit_cast<float>(
+          static_cast<uint32_t>(0x3f800000u + ((i / 3) % 2 << 16) + low[i % 3]));
+    }
     for (int64_t i = 0; i < k; ++i) x[2 * k + i] = 1.0f + (i % 3) * 0x1p-8f;  // exact ties
-    std::vector<uint16_t> a(m * depth, 1), b(m * depth, 2);
+    std::vector<uint16_t> a(m * depth, 1);
     internal::RoundRowsBf16(x.data(), k, m, k, a.data());
-    internal::RoundRowsBf16Avx512(x.data(), k, m, k, b.data());
-    EXPECT_EQ(a, b) << "k=" << k;
+    for (const auto& [name, round] : rounders) {
+      std::vector<uint16_t> b(m * depth, 2);
+      round(x.data(), k, m, k, b.data());
+      EXPECT_EQ(a, b) << name << " k=" << k;
+    }
   }
 }
 
