@@ -1,8 +1,10 @@
 // The row converters of the dot-product formats (gemm_dot.h) on 8-lane
 // AVX2 vectors, equal to the scalar ones in gemm_w8a8.cc and
-// gemm_bf16dot.cc bit for bit (and so to the AVX-512 ones). A decode step
-// converts every GEMM's input row before the product: the scalar loops took
-// about 1.5% of a w8a8 decode step on an AVX2 EPYC.
+// gemm_bf16dot.cc bit for bit (and so to the AVX-512 ones). Every product
+// converts its input rows first: in a profile of a w8a8 weights-bench run on
+// an AVX2 EPYC the scalar quantizer had 0.7% of the samples, against 27% for
+// the decode GEMV and 12% for the prefill GEMM; this one took prefill 3%
+// faster.
 #include <immintrin.h>
 
 #include <cstdint>
