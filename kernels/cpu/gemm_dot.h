@@ -67,6 +67,13 @@ void QuantizeRowsW8A8Avx2(const float* x, int64_t ldx, int64_t m, int64_t k, boo
                           int8_t* codes, float* scales);
 void QuantizeRowsW8A8Avx512(const float* x, int64_t ldx, int64_t m, int64_t k, bool shifted,
                             int8_t* codes, float* scales);
+// The vector quantizers' start of one row xr, from the integer max of its
+// |x| bit patterns: a row of zeros, or one holding Inf or NaN, is quantized
+// whole by the scalar quantizer (returns 0); otherwise stores the row's scale
+// and its padding codes out[k, W8A8Depth(k)), and returns 127 / max|x|, the
+// factor its codes are rounded from.
+float StartW8A8Row(int32_t amax_bits, const float* xr, int64_t k, bool shifted, int8_t* out,
+                   float* scale);
 
 // kBF16Dot: the bf16 rounding above, one value.
 uint16_t RoundToBf16FlushSubnormal(float v);

@@ -30,6 +30,22 @@ inline __m256 LoadUpTo8(const float* row, int64_t kk, int64_t k) {
   return k - kk >= 8 ? _mm256_loadu_ps(row + kk) : _mm256_maskload_ps(row + kk, FirstLanes(k - kk));
 }
 
+// Calls convert(LoadUpTo8(row, kk, k)) for kk = 0, 8, ... < k and stores
+// the first min(8, k - kk) elements of the vector it returns (8 elements of
+// T in its low bytes) at out + kk.
+template <class T, class Convert>
+inline void ConvertRow8(const float* row, int64_t k, T* out, Convert convert) {
+  int64_t kk = 0;
+  for (; kk + 8 <= k; kk += 8) {
+    const __m128i v = convert(_mm256_loadu_ps(row + kk));
+    std::memcpy(out + kk, &v, 8 * sizeof(T));
+  }
+  if (kk < k) {
+    const __m128i v = convert(LoadUpTo8(row, kk, k));
+    std::memcpy(out + kk, &v, static_cast<size_t>(k - kk) * sizeof(T));
+  }
+}
+
 // RoundToBf16FlushSubnormal on 8 lanes, as 8 uint16 in order.
 inline __m128i RoundBf16(__m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
@@ -52,18 +68,9 @@ inline __m128i RoundBf16(__m256 v) {
 void RoundRowsBf16Avx2(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* out) {
   const int64_t depth = Bf16DotDepth(k);
   for (int64_t row = 0; row < m; ++row) {
-    const float* xr = x + row * ldx;
     uint16_t* o = out + row * depth;
-    int64_t kk = 0;
-    for (; kk + 8 <= k; kk += 8) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + kk), RoundBf16(_mm256_loadu_ps(xr + kk)));
-    }
-    if (kk < k) {
-      alignas(16) uint16_t last[8];
-      _mm_store_si128(reinterpret_cast<__m128i*>(last), RoundBf16(LoadUpTo8(xr, kk, k)));
-      std::memcpy(o + kk, last, static_cast<size_t>(k - kk) * sizeof(uint16_t));
-    }
-    for (kk = k; kk < depth; ++kk) o[kk] = 0;
+    ConvertRow8(x + row * ldx, k, o, RoundBf16);
+    for (int64_t kk = k; kk < depth; ++kk) o[kk] = 0;
   }
 }
 
@@ -86,17 +93,10 @@ void QuantizeRowsW8A8Avx2(const float* x, int64_t ldx, int64_t m, int64_t k, boo
     __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(amax), _mm256_extracti128_si256(amax, 1));
     m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(1, 0, 3, 2)));
     m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(2, 3, 0, 1)));
-    const int32_t amax_bits = _mm_cvtsi128_si32(m4);
-    if (amax_bits >= 0x7f800000 || amax_bits == 0) {
-      // As the scalar quantizer: zero scale, or NaN for Inf / NaN rows.
-      QuantizeRowsW8A8(xr, ldx, 1, k, shifted, codes + row * depth, scales + row);
-      continue;
-    }
-    float amax_f;
-    std::memcpy(&amax_f, &amax_bits, sizeof(amax_f));
-    scales[row] = amax_f / 127.0f;
-    const __m256 inv = _mm256_set1_ps(127.0f / amax_f);
     int8_t* out = codes + row * depth;
+    const float row_inv = StartW8A8Row(_mm_cvtsi128_si32(m4), xr, k, shifted, out, scales + row);
+    if (row_inv == 0.0f) continue;  // quantized whole by the scalar quantizer
+    const __m256 inv = _mm256_set1_ps(row_inv);
     // 8 codes in order in the low 8 bytes.
     auto quantize = [&](__m256 v) {
       __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(v, inv));
@@ -105,16 +105,7 @@ void QuantizeRowsW8A8Avx2(const float* x, int64_t ldx, int64_t m, int64_t k, boo
           _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
       return _mm_add_epi8(_mm_packs_epi16(q16, q16), offset);
     };
-    int64_t kk = 0;
-    for (; kk + 8 <= k; kk += 8) {
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + kk), quantize(_mm256_loadu_ps(xr + kk)));
-    }
-    for (int64_t pad = kk; pad < depth; ++pad) out[pad] = static_cast<int8_t>(shifted ? 128 : 0);
-    if (kk < k) {
-      alignas(16) int8_t last[16];
-      _mm_store_si128(reinterpret_cast<__m128i*>(last), quantize(LoadUpTo8(xr, kk, k)));
-      std::memcpy(out + kk, last, static_cast<size_t>(k - kk));
-    }
+    ConvertRow8(xr, k, out, quantize);
   }
 }
 

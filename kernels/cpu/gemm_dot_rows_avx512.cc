@@ -75,17 +75,11 @@ void QuantizeRowsW8A8Avx512(const float* x, int64_t ldx, int64_t m, int64_t k, b
       amax = _mm512_max_epi32(amax,
                               _mm512_and_si512(_mm512_maskz_loadu_epi32(tail, xr + kk), abs_mask));
     }
-    const int32_t amax_bits = _mm512_reduce_max_epi32(amax);
-    if (amax_bits >= 0x7f800000 || amax_bits == 0) {
-      // As the scalar quantizer: zero scale, or NaN for Inf / NaN rows.
-      QuantizeRowsW8A8(xr, ldx, 1, k, shifted, codes + row * depth, scales + row);
-      continue;
-    }
-    float amax_f;
-    std::memcpy(&amax_f, &amax_bits, sizeof(amax_f));
-    scales[row] = amax_f / 127.0f;
-    const __m512 inv = _mm512_set1_ps(127.0f / amax_f);
     int8_t* out = codes + row * depth;
+    const float row_inv =
+        StartW8A8Row(_mm512_reduce_max_epi32(amax), xr, k, shifted, out, scales + row);
+    if (row_inv == 0.0f) continue;  // quantized whole by the scalar quantizer
+    const __m512 inv = _mm512_set1_ps(row_inv);
     auto quantize = [&](__m512 v) {
       __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
       q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
@@ -94,7 +88,6 @@ void QuantizeRowsW8A8Avx512(const float* x, int64_t ldx, int64_t m, int64_t k, b
     for (kk = 0; kk + 16 <= k; kk += 16) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + kk), quantize(_mm512_loadu_ps(xr + kk)));
     }
-    for (int64_t pad = kk; pad < depth; ++pad) out[pad] = static_cast<int8_t>(shifted ? 128 : 0);
     if (kk < k) {
       const __mmask16 tail = FirstLanes(k - kk);
       alignas(16) int8_t last[16];

@@ -58,6 +58,19 @@ void QuantizeRowsW8A8(const float* x, int64_t ldx, int64_t m, int64_t k, bool sh
   }
 }
 
+float StartW8A8Row(int32_t amax_bits, const float* xr, int64_t k, bool shifted, int8_t* out,
+                   float* scale) {
+  if (amax_bits >= kInfBits || amax_bits == 0) {
+    QuantizeRowsW8A8(xr, k, 1, k, shifted, out, scale);
+    return 0.0f;
+  }
+  float amax;
+  std::memcpy(&amax, &amax_bits, sizeof(amax));
+  *scale = amax / 127.0f;
+  for (int64_t kk = k; kk < W8A8Depth(k); ++kk) out[kk] = static_cast<int8_t>(shifted ? 128 : 0);
+  return 127.0f / amax;
+}
+
 void GemmW8A8PanelsScalar(const GemmParams& p, const DotRows& x, int64_t panel_begin,
                           int64_t panel_end) {
   const PackedMatrix& w = *p.w;
