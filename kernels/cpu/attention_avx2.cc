@@ -385,7 +385,12 @@ float SoftmaxAvx2(float* s, int n, float* m, float* corr) {
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_movehdup_ps(h));
   const float new_m = std::max(*m, _mm_cvtss_f32(h));
-  *corr = _mm256_cvtss_f32(Exp256(_mm256_set1_ps(*m - new_m)));
+  // A running max that the tile leaves as it was (most tiles past the
+  // first few) needs no exp: Exp256(0) is exactly 1. (Not for an infinite
+  // max: inf - inf is NaN, and Exp256 gives what it gives.)
+  *corr = new_m == *m && std::isfinite(new_m)
+              ? 1.0f
+              : _mm256_cvtss_f32(Exp256(_mm256_set1_ps(*m - new_m)));
   *m = new_m;
   const __m256 vm = _mm256_set1_ps(new_m);
   __m256 sum = _mm256_setzero_ps();
