@@ -269,6 +269,50 @@ struct KeyCursor {
   });
 }
 
+constexpr int kPartition = kAttentionPartitionKeys;
+static_assert(kPartition % kTile == 0, "a partition is whole key tiles");
+
+// Where AttendHeads leaves one partition's unnormalised state, per pass head
+// g: m[g], l[g] and out[g * head_dim, (g + 1) * head_dim) in dimension order.
+struct PartitionSink {
+  float* m;
+  float* l;
+  float* out;
+};
+
+// The calling thread's scratch for a pass's partition state (`floats` long).
+float* PartitionScratch(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
+  return buffer.data();
+}
+
+// Folds one partition's (m, l, out) into a head's result (the fold of the
+// partitions before it; first: none, and the partition becomes it):
+//   m' = max(m_r, m_p), c_r = exp(m_r - m'), c_p = exp(m_p - m'),
+//   l' = l_r c_r + l_p c_p, out' = out_r c_r + out_p c_p.
+// One out-of-line body, so that the fold of a whole pass (AttendHeads) and
+// of separately attended partitions (AttendPartitioned) round alike.
+[[gnu::noinline]] void FoldPartition(bool first, float part_m, float part_l, const float* part_out,
+                                     int dim, float* m, float* l, float* out) {
+  if (first) {
+    *m = part_m;
+    *l = part_l;
+    std::memcpy(out, part_out, sizeof(float) * dim);
+    return;
+  }
+  const float new_m = std::max(*m, part_m);
+  const float c_result = std::exp(*m - new_m), c_part = std::exp(part_m - new_m);
+  *m = new_m;
+  *l = *l * c_result + part_l * c_part;
+  for (int d = 0; d < dim; ++d) out[d] = out[d] * c_result + part_out[d] * c_part;
+}
+
+void NormalizeHead(float l, int dim, float* out) {
+  const float inv = 1.0f / l;
+  for (int d = 0; d < dim; ++d) out[d] *= inv;
+}
+
 // Query heads [head, head + count) of each of tokens t .. t + tokens - 1
 // (one sequence, consecutive positions, no sliding window when more than
 // one), all of kv head `kv_head`: one pass, pass head g = token (g / count),
@@ -282,32 +326,47 @@ struct KeyCursor {
 //                      lo ^^^|^^^^^^^^^^^^^^^^|^^^^^^^^^^
 //
 // Per tile and head: scores, running max m, correction exp(m_old - m),
-// weights exp(s - m), running sum l, out = out * corr + sum w v. Finally
-// out /= l. A head's operations are those of a pass of its token alone.
+// weights exp(s - m), running sum l, out = out * corr + sum w v. Each
+// partition (attention.h) starts that from nothing and ends folded into the
+// head's result (FoldPartition); finally out /= l. A head's operations are
+// those of a pass of its token alone.
+//
+// sink == nullptr: every partition of the keys, the result normalised into
+// p.out. Else only partition `partition`, its unnormalised (m, l, out) per
+// pass head stored in *sink for AttendPartitioned to fold.
 template <class Ops>
-void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, int head,
-                 int count) {
+void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, int head, int count,
+                 const PartitionSink* sink = nullptr, int partition = 0) {
   const int dim = p.head_dim;
   const int bs = p.block_size;
   const int pos = p.token_pos[t + tokens - 1];
   const int first_pos = p.token_pos[t];
   const int lo = p.sliding_window > 0 ? std::max(0, first_pos - p.sliding_window + 1) : 0;
   const int32_t* blocks = p.block_ids + p.block_table_start[p.token_seq[t]];
+  // The keys this call attends: [begin, end).
+  const int begin = sink != nullptr ? std::max(lo, partition * kPartition) : lo;
+  const int end = sink != nullptr ? std::min(pos + 1, (partition + 1) * kPartition) : pos + 1;
 
   HeadPass pass;
   pass.count = tokens * count;
   int key_end[kMaxHeadsPerPass];  // one past the last key position of head g
+  // The running state of the partition at hand (pass.m, pass.l, pass.out in
+  // this thread's scratch) and the fold of those before it (result_*).
+  float* partition_out = PartitionScratch(int64_t{pass.count} * dim);
+  float* result_out[kMaxHeadsPerPass];
+  float result_m[kMaxHeadsPerPass], result_l[kMaxHeadsPerPass];
   for (int g = 0; g < pass.count; ++g) {
     const int64_t token = t + g / count, h = head + g % count;
     pass.q[g] = p.q + token * p.q_stride + h * dim;
-    pass.out[g] = p.out + (token * p.num_heads + h) * dim;
-    pass.m[g] = -std::numeric_limits<float>::infinity();
-    pass.l[g] = 0.0f;
+    pass.out[g] = partition_out + int64_t{g} * dim;
     key_end[g] = p.token_pos[token] + 1;
-    std::memset(pass.out[g], 0, sizeof(float) * dim);
+    result_out[g] =
+        sink != nullptr ? sink->out + int64_t{g} * dim : p.out + (token * p.num_heads + h) * dim;
+    result_m[g] = -std::numeric_limits<float>::infinity();
+    result_l[g] = 0.0f;
   }
 
-  KeyCursor cursor{p, blocks, kv_head, lo / bs, lo % bs};
+  KeyCursor cursor{p, blocks, kv_head, begin / bs, begin % bs};
 
   const float* keys[kTile];
   const float* vals[kTile];
@@ -337,9 +396,19 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   const bool spread_prefetch =
       (rows_avx2 || (codes && !vnni)) && tokens == 1 && pos + 1 - lo >= kSpreadPrefetchMinKeys;
   internal::LinePrefetcher next_lines;
-  for (int tile = lo / kTile * kTile; tile <= pos; tile += kTile) {
-    const int j0 = std::max(lo, tile);
-    const int n = std::min(pos + 1, tile + kTile) - j0;
+  int partition_first_key = begin;
+  bool folded[kMaxHeadsPerPass] = {};  // head g's result holds a partition
+  for (int tile = begin / kTile * kTile; tile < end; tile += kTile) {
+    if (tile == begin / kTile * kTile || tile % kPartition == 0) {  // a partition starts
+      partition_first_key = std::max(begin, tile);
+      for (int g = 0; g < pass.count; ++g) {
+        pass.m[g] = -std::numeric_limits<float>::infinity();
+        pass.l[g] = 0.0f;
+        std::memset(pass.out[g], 0, sizeof(float) * dim);
+      }
+    }
+    const int j0 = std::max(begin, tile);
+    const int n = std::min(end, tile + kTile) - j0;
     for (int g = 0; g < pass.count; ++g) pass.n[g] = std::min(key_end[g], tile + kTile) - j0;
     cursor.ForEachRun(n, [&](int i, int64_t row, int run) {
       if (codes || rows_avx2) {
@@ -390,7 +459,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     // the whole-tile asks: their rows sit in cache, and listing the lines
     // cost them 5-15% (kSpreadPrefetchMinKeys).
     KeyCursor ahead = cursor;
-    const int next_n = std::max(0, std::min(pos + 1, tile + 2 * kTile) - (tile + kTile));
+    const int next_n = std::max(0, std::min(end, tile + 2 * kTile) - (tile + kTile));
     if (spread_prefetch) {
       ListNextTileLines(p, ahead, next_n, &next_lines);
     } else {
@@ -424,15 +493,29 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     } else {
       Ops::Tile(p, pass, keys, vals, n);
     }
+    if (tile + kTile >= end || (tile + kTile) % kPartition == 0) {  // the partition ends
+      for (int g = 0; g < pass.count; ++g) {
+        if (key_end[g] <= partition_first_key) continue;  // no key of it is head g's
+        // The integer-code steps keep out in their own order: dimension
+        // order first (a permutation: the fold is the same either way).
+        if (codes && vnni) {
+          internal::RestoreCodeValueOrder(p.kv_dtype, dim, pass.out[g]);
+        } else if (codes) {
+          internal::RestoreCodeValueOrderAvx2(dim, pass.out[g]);
+        }
+        FoldPartition(!folded[g], pass.m[g], pass.l[g], pass.out[g], dim, &result_m[g],
+                      &result_l[g], result_out[g]);
+        folded[g] = true;
+      }
+    }
   }
   for (int g = 0; g < pass.count; ++g) {
-    if (codes && vnni) {
-      internal::RestoreCodeValueOrder(p.kv_dtype, dim, pass.out[g]);
-    } else if (codes) {
-      internal::RestoreCodeValueOrderAvx2(dim, pass.out[g]);
+    if (sink != nullptr) {
+      sink->m[g] = result_m[g];
+      sink->l[g] = result_l[g];
+    } else {
+      NormalizeHead(result_l[g], dim, result_out[g]);
     }
-    const float inv = 1.0f / pass.l[g];
-    for (int d = 0; d < dim; ++d) pass.out[g][d] *= inv;
   }
 }
 
@@ -468,6 +551,78 @@ void AttendItems(const PagedAttentionParams& p, int64_t begin, int64_t end) {
     AttendHeads<Ops>(p, t, 1, kv_head, head, static_cast<int>(count));
     i += count;
   }
+}
+
+// A small batch's passes, cut at their partitions so that every thread has
+// work: a batch-1 decode of 3 kv heads on 2 threads otherwise leaves one
+// thread idle for a third of the time, and more threads than kv heads idle
+// for good. Each (token, kv head, partition) is a unit of work, attended
+// alone (AttendHeads with a sink); then each head's partitions are folded in
+// order and normalised: the operations of the whole pass, so the split
+// changes no bit.
+template <class Ops>
+void AttendPartitioned(const PagedAttentionParams& p, ThreadPool& pool) {
+  const int group = p.num_heads / p.num_kv_heads;
+  const int dim = p.head_dim;
+  struct Unit {
+    int token, kv_head, partition;
+  };
+  std::vector<Unit> units;
+  std::vector<int> first_unit;  // per (token, kv head) pass, then one past the last
+  for (int t = 0; t < p.num_tokens; ++t) {
+    const int pos = p.token_pos[t];
+    const int lo = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+    for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
+      first_unit.push_back(static_cast<int>(units.size()));
+      for (int part = lo / kPartition; part <= pos / kPartition; ++part) {
+        units.push_back({t, kv_head, part});
+      }
+    }
+  }
+  first_unit.push_back(static_cast<int>(units.size()));
+  std::vector<float> state_m(units.size() * group), state_l(units.size() * group);
+  std::vector<float> state_out(units.size() * group * dim);
+  auto sink_of = [&](size_t u) {
+    return PartitionSink{&state_m[u * group], &state_l[u * group], &state_out[u * group * dim]};
+  };
+  pool.ParallelFor(static_cast<int64_t>(units.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const Unit& unit = units[u];
+      const PartitionSink sink = sink_of(u);
+      AttendHeads<Ops>(p, unit.token, 1, unit.kv_head, unit.kv_head * group, group, &sink,
+                       unit.partition);
+    }
+  });
+  for (size_t pass = 0; pass + 1 < first_unit.size(); ++pass) {
+    const int64_t token = static_cast<int64_t>(pass) / p.num_kv_heads;
+    const int kv_head = static_cast<int>(pass % p.num_kv_heads);
+    for (int g = 0; g < group; ++g) {
+      float* out = p.out + (token * p.num_heads + kv_head * group + g) * dim;
+      float m = 0.0f, l = 0.0f;
+      for (int u = first_unit[pass]; u < first_unit[pass + 1]; ++u) {
+        const PartitionSink part = sink_of(u);
+        FoldPartition(u == first_unit[pass], part.m[g], part.l[g], part.out + g * dim, dim, &m, &l,
+                      out);
+      }
+      NormalizeHead(l, dim, out);
+    }
+  }
+}
+
+// Whether PagedAttention cuts this batch's passes at their partitions: too
+// few (token, kv head) passes for the pool's threads (fewer than two each),
+// and some pass spans more than one partition. Either way gives the same
+// bits; this only picks the faster.
+bool SplitsPartitions(const PagedAttentionParams& p, int threads) {
+  if (threads <= 1 || int64_t{p.num_tokens} * p.num_kv_heads >= 2 * int64_t{threads}) {
+    return false;
+  }
+  for (int t = 0; t < p.num_tokens; ++t) {
+    const int pos = p.token_pos[t];
+    const int lo = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+    if (lo / kPartition != pos / kPartition) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -553,6 +708,16 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool) {
   };
   if (pool == nullptr) {
     body(0, items);
+    return;
+  }
+  if (SplitsPartitions(p, pool->num_threads())) {
+    if (isa >= CpuIsa::kAvx512 && internal::Avx512AttentionSupports(p.head_dim)) {
+      AttendPartitioned<Avx512Ops>(p, *pool);
+    } else if (isa >= CpuIsa::kAvx2) {
+      AttendPartitioned<Avx2Ops>(p, *pool);
+    } else {
+      AttendPartitioned<ScalarOps>(p, *pool);
+    }
     return;
   }
   // Threads take whole GQA groups (the query heads of one kv head of one

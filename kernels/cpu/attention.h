@@ -14,8 +14,10 @@
 // Batch invariance: keys are reduced in tiles of kAttentionKeyTile aligned to
 // absolute position 0 with an online softmax, in increasing tile order, so a
 // query's output depends only on its own q and keys, never on chunking, on
-// other sequences or on thread count. One (token, head) is computed by one thread;
-// threads take whole GQA groups (one kv head's query heads of one token).
+// other sequences or on thread count. Threads take whole GQA groups (one kv
+// head's query heads of one token); when a batch has too few of them for
+// the threads, each group's partitions of keys (kAttentionPartitionKeys)
+// are spread over the threads and folded in order afterwards.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,12 @@
 namespace kvserve::kernels {
 
 inline constexpr int kAttentionKeyTile = 32;
+// Keys are also cut into partitions of this many, aligned to absolute
+// position 0 (whole tiles): each partition's softmax state starts from
+// nothing and is folded into the head's result in increasing order, so a
+// pass of few heads can be split across threads by partition without
+// changing a bit (PagedAttention).
+inline constexpr int kAttentionPartitionKeys = 1024;
 
 struct PagedAttentionParams {
   const float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride

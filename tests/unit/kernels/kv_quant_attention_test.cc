@@ -379,6 +379,47 @@ TEST_P(KvQuantAttentionTest, LongContextMatchesReference) {
   }
 }
 
+// Keys past kAttentionPartitionKeys: a batch of few (token, kv head)
+// passes has its passes cut at their partitions and spread over the
+// threads (PagedAttention). The queries' outputs are checked against the
+// reference, and each query alone with a pool (split), alone without one
+// (one pass) and within a prefill batch of 41 tokens (multi-token passes)
+// is bit-identical: the positions sit at, just before and just after
+// partition ends, and past a partial last partition.
+TEST_P(KvQuantAttentionTest, PartitionsSplitAcrossThreadsChangeNoBit) {
+  static_assert(kAttentionPartitionKeys == 1024, "the positions below straddle partition ends");
+  const Case c{9, 3, 64, 16, {2200, 90}};
+  ThreadPool two(2), four(4);
+  for (CpuIsa isa : Isas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsaOverride force(isa);
+    Paged w(GetParam(), c, 25);
+    w.WriteAll();
+    std::vector<std::pair<int, int>> batch;  // positions 1000 .. 1040 of sequence 0
+    for (int p = 1000; p <= 1040; ++p) batch.emplace_back(0, p);
+    const std::vector<float> batched = w.Attend(batch, &two);
+    const int64_t row = int64_t{c.heads} * c.dim;
+    for (int p : {1000, 1023, 1024, 1040, 2047, 2048, 2199}) {
+      SCOPED_TRACE("pos " + std::to_string(p));
+      const std::vector<float> split = w.Attend({{0, p}}, &two);
+      const std::vector<float> whole = w.Attend({{0, p}}, nullptr);
+      for (int h = 0; h < c.heads; ++h) {
+        const std::vector<double> ref = w.Reference(0, p, h);
+        for (int d = 0; d < c.dim; ++d) {
+          ASSERT_NEAR(split[h * c.dim + d], ref[d], kBound) << "head " << h << " d " << d;
+        }
+      }
+      ASSERT_EQ(0, std::memcmp(split.data(), whole.data(), sizeof(float) * row));
+      // Two sequences, 6 passes on 4 threads: split too.
+      const std::vector<float> pair = w.Attend({{1, 89}, {0, p}}, &four);
+      ASSERT_EQ(0, std::memcmp(split.data(), &pair[row], sizeof(float) * row));
+      if (p >= 1000 && p <= 1040) {
+        ASSERT_EQ(0, std::memcmp(split.data(), &batched[(p - 1000) * row], sizeof(float) * row));
+      }
+    }
+  }
+}
+
 // Soft-capped scores (Gemma 2) on every format and ISA path, the integer-code
 // steps included: a cap of 0.4 bends most of these scores (q . k / sqrt(64)
 // of these uniform rows has a standard deviation of about 0.83), so a step
