@@ -264,6 +264,15 @@ int Main() {
                 (std::string(WeightFormatName(f)) + " 1536x576 x" + std::to_string(count)).c_str(),
                 b / 1e9, 100 * b / copy, b1 / 1e9, 100 * b1 / copy1);
   }
+  // w8a8 with 576 outputs (36 panels, the o and down projections of the
+  // SmolLM shape): chunks of 9 panels, each 8 + a lone one, on two threads.
+  {
+    const double b = GemvBytesPerSecond(576, 1536, 256, &pool, Timer::kWall, WeightFormat::kW8A8);
+    const double b1 =
+        GemvBytesPerSecond(576, 1536, 256, nullptr, Timer::kThreadCpu, WeightFormat::kW8A8);
+    std::printf("    %-28s | %8.2f %7.1f%% | %8.2f %7.1f%%\n", "w8a8 576x1536 x256", b / 1e9,
+                100 * b / copy, b1 / 1e9, 100 * b1 / copy1);
+  }
 
   std::printf(
       "\n(e) dot-product GEMMs through 8 distinct Qwen2.5-0.5B layers (qkv, o, gate_up, down;\n"

@@ -358,6 +358,21 @@ TEST(PagedAttentionTest, SlidingWindow) {
   }
 }
 
+// Past kAttentionPartitionKeys, with and without a window that starts inside
+// the first partition: once the short sequence is done, each decode step
+// has 2 passes for 2 threads and is split at the partitions
+// (PagedAttention); prefill, chunks, 1 thread and no pool are not. All the
+// same bits, and the reference.
+TEST(PagedAttentionTest, LongContextsAcrossPartitions) {
+  static_assert(kAttentionPartitionKeys == 1024, "the lengths below cross one partition end");
+  for (int window : {0, 1050}) {
+    Config cfg;
+    cfg.sliding_window = window;
+    cfg.lens = {1090, 30};
+    CheckConfig(cfg, 31 + window);
+  }
+}
+
 // Gemma 2: soft-capped scores with a non-default scale, with and without a
 // window. A small cap (2) changes the softmax far beyond the tolerance.
 TEST(PagedAttentionTest, SoftcapAndScale) {
