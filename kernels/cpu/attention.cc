@@ -269,6 +269,11 @@ struct KeyCursor {
   });
 }
 
+// The first key position the query at `pos` attends.
+int FirstKey(const PagedAttentionParams& p, int pos) {
+  return p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+}
+
 constexpr int kPartition = kAttentionPartitionKeys;
 static_assert(kPartition % kTile == 0, "a partition is whole key tiles");
 
@@ -341,7 +346,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   const int bs = p.block_size;
   const int pos = p.token_pos[t + tokens - 1];
   const int first_pos = p.token_pos[t];
-  const int lo = p.sliding_window > 0 ? std::max(0, first_pos - p.sliding_window + 1) : 0;
+  const int lo = FirstKey(p, first_pos);
   const int32_t* blocks = p.block_ids + p.block_table_start[p.token_seq[t]];
   // The keys this call attends: [begin, end).
   const int begin = sink != nullptr ? std::max(lo, partition * kPartition) : lo;
@@ -571,7 +576,7 @@ void AttendPartitioned(const PagedAttentionParams& p, ThreadPool& pool) {
   std::vector<int> first_unit;  // per (token, kv head) pass, then one past the last
   for (int t = 0; t < p.num_tokens; ++t) {
     const int pos = p.token_pos[t];
-    const int lo = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+    const int lo = FirstKey(p, pos);
     for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
       first_unit.push_back(static_cast<int>(units.size()));
       for (int part = lo / kPartition; part <= pos / kPartition; ++part) {
@@ -619,7 +624,7 @@ bool SplitsPartitions(const PagedAttentionParams& p, int threads) {
   }
   for (int t = 0; t < p.num_tokens; ++t) {
     const int pos = p.token_pos[t];
-    const int lo = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+    const int lo = FirstKey(p, pos);
     if (lo / kPartition != pos / kPartition) return true;
   }
   return false;
