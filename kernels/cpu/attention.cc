@@ -561,53 +561,63 @@ void AttendItems(const PagedAttentionParams& p, int64_t begin, int64_t end) {
 // A small batch's passes, cut at their partitions so that every thread has
 // work: a batch-1 decode of 3 kv heads on 2 threads otherwise leaves one
 // thread idle for a third of the time, and more threads than kv heads idle
-// for good. Each (token, kv head, partition) is a unit of work, attended
-// alone (AttendHeads with a sink); then each head's partitions are folded in
+// for good. Each (pass, partition) is a unit of work, attended alone
+// (AttendHeads with a sink); then each head's partitions are folded in
 // order and normalised: the operations of the whole pass, so the split
 // changes no bit.
 template <class Ops>
 void AttendPartitioned(const PagedAttentionParams& p, ThreadPool& pool) {
   const int group = p.num_heads / p.num_kv_heads;
   const int dim = p.head_dim;
-  struct Unit {
-    int token, kv_head, partition;
+  // A pass: query heads [head, head + count) of one token, all of one kv
+  // head (a GQA group, cut at kMaxHeadsPerPass heads as AttendItems does).
+  struct Pass {
+    int token, kv_head, head, count;
+    int first_unit, end_unit;  // its units: one per partition, in order
   };
+  struct Unit {
+    int pass, partition;
+  };
+  std::vector<Pass> passes;
   std::vector<Unit> units;
-  std::vector<int> first_unit;  // per (token, kv head) pass, then one past the last
   for (int t = 0; t < p.num_tokens; ++t) {
     const int pos = p.token_pos[t];
     const int lo = FirstKey(p, pos);
     for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
-      first_unit.push_back(static_cast<int>(units.size()));
-      for (int part = lo / kPartition; part <= pos / kPartition; ++part) {
-        units.push_back({t, kv_head, part});
+      for (int h = 0; h < group; h += kMaxHeadsPerPass) {
+        const int first = static_cast<int>(units.size());
+        for (int part = lo / kPartition; part <= pos / kPartition; ++part) {
+          units.push_back({static_cast<int>(passes.size()), part});
+        }
+        passes.push_back({t, kv_head, kv_head * group + h, std::min(kMaxHeadsPerPass, group - h),
+                          first, static_cast<int>(units.size())});
       }
     }
   }
-  first_unit.push_back(static_cast<int>(units.size()));
-  std::vector<float> state_m(units.size() * group), state_l(units.size() * group);
-  std::vector<float> state_out(units.size() * group * dim);
-  auto sink_of = [&](size_t u) {
-    return PartitionSink{&state_m[u * group], &state_l[u * group], &state_out[u * group * dim]};
+  // Each unit's state, for as many heads as a pass holds.
+  const int64_t heads = std::min(group, kMaxHeadsPerPass);
+  const int64_t num_units = static_cast<int64_t>(units.size());
+  std::vector<float> state_m(num_units * heads), state_l(num_units * heads);
+  std::vector<float> state_out(num_units * heads * dim);
+  auto sink_of = [&](int64_t u) {
+    return PartitionSink{&state_m[u * heads], &state_l[u * heads], &state_out[u * heads * dim]};
   };
-  pool.ParallelFor(static_cast<int64_t>(units.size()), 1, [&](int64_t b, int64_t e) {
+  pool.ParallelFor(num_units, 1, [&](int64_t b, int64_t e) {
     for (int64_t u = b; u < e; ++u) {
-      const Unit& unit = units[u];
+      const Pass& pass = passes[units[u].pass];
       const PartitionSink sink = sink_of(u);
-      AttendHeads<Ops>(p, unit.token, 1, unit.kv_head, unit.kv_head * group, group, &sink,
-                       unit.partition);
+      AttendHeads<Ops>(p, pass.token, 1, pass.kv_head, pass.head, pass.count, &sink,
+                       units[u].partition);
     }
   });
-  for (size_t pass = 0; pass + 1 < first_unit.size(); ++pass) {
-    const int64_t token = static_cast<int64_t>(pass) / p.num_kv_heads;
-    const int kv_head = static_cast<int>(pass % p.num_kv_heads);
-    for (int g = 0; g < group; ++g) {
-      float* out = p.out + (token * p.num_heads + kv_head * group + g) * dim;
+  for (const Pass& pass : passes) {
+    for (int g = 0; g < pass.count; ++g) {
+      float* out = p.out + (int64_t{pass.token} * p.num_heads + pass.head + g) * dim;
       float m = 0.0f, l = 0.0f;
-      for (int u = first_unit[pass]; u < first_unit[pass + 1]; ++u) {
+      for (int u = pass.first_unit; u < pass.end_unit; ++u) {
         const PartitionSink part = sink_of(u);
-        FoldPartition(u == first_unit[pass], part.m[g], part.l[g], part.out + g * dim, dim, &m, &l,
-                      out);
+        FoldPartition(u == pass.first_unit, part.m[g], part.l[g], part.out + int64_t{g} * dim, dim,
+                      &m, &l, out);
       }
       NormalizeHead(l, dim, out);
     }

@@ -15,10 +15,11 @@
 // absolute position 0 with an online softmax, in increasing tile order within
 // each partition of kAttentionPartitionKeys, the partitions folded in
 // increasing order, so a query's output depends only on its own q and keys,
-// never on chunking, on other sequences or on thread count. Threads take whole GQA groups (one kv
-// head's query heads of one token); when a batch has too few of them for
-// the threads, each group's partitions of keys (kAttentionPartitionKeys)
-// are spread over the threads and folded in order afterwards.
+// never on chunking, on other sequences or on thread count. Threads take
+// whole GQA groups (one kv head's query heads of one token); when a batch
+// has too few of them for the threads, each group's partitions of keys
+// (kAttentionPartitionKeys) are spread over the threads and folded in order
+// afterwards.
 #pragma once
 
 #include <cstdint>

@@ -371,6 +371,13 @@ TEST(PagedAttentionTest, LongContextsAcrossPartitions) {
     cfg.lens = {1090, 30};
     CheckConfig(cfg, 31 + window);
   }
+  // MQA with more query heads than one pass holds (kMaxHeadsPerPass).
+  Config mqa;
+  mqa.num_heads = 20;
+  mqa.num_kv_heads = 1;
+  mqa.head_dim = 16;
+  mqa.lens = {1090, 30};
+  CheckConfig(mqa, 37);
 }
 
 // Gemma 2: soft-capped scores with a non-default scale, with and without a
