@@ -117,6 +117,71 @@ __device__ __forceinline__ float LoadQ(const void* q, ElemType t, int64_t i) {
   }
 }
 
+// The keys and query heads of one split-KV CTA: blockIdx.x is the token,
+// .y the split of kSplitKeys keys (aligned to position 0), .z the kv head
+// times `passes` plus the pass of `heads_per_pass` query heads. The keys are
+// k0 .. k0 + n - 1 of the token's window; n <= 0 when the split misses it
+// (the CTA then returns, uniformly).
+struct SplitSpan {
+  int token, split, kv_head, head0, heads, k0, n;
+
+  __device__ __forceinline__ static SplitSpan Of(const SplitKvArgs& a, int heads_per_pass) {
+    SplitSpan s;
+    s.token = blockIdx.x;
+    s.split = blockIdx.y;
+    s.kv_head = blockIdx.z / a.passes;
+    const int pass = blockIdx.z % a.passes;
+    const int pos = a.token_pos[s.token];
+    const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
+    s.k0 = max(lo, s.split * kSplitKeys);
+    s.n = min(pos + 1, (s.split + 1) * kSplitKeys) - s.k0;
+    s.head0 = s.kv_head * a.group + pass * heads_per_pass;  // first query head of the CTA
+    s.heads = min(heads_per_pass, a.group - pass * heads_per_pass);
+    return s;
+  }
+};
+
+// The cache rows (and, kScaled, the K / V row scales) of this thread's keys
+// of the split: key k0 + i for i = threadIdx.x + u * kThreads, u < kPer,
+// valid where i < n. Every page-table load is issued before any row is
+// formed, and every scale load before any is used, so a CTA waits two
+// memory latencies here rather than two per key: a split of 1-byte or
+// half-byte rows streams only 32-128 KB, and this wait was a large part of
+// its time.
+template <bool kScaled>
+struct SplitRows {
+  static constexpr int kPer = kSplitKeys / kThreads;
+  static_assert(kSplitKeys % kThreads == 0);
+  int64_t row[kPer];
+  float k_scale[kScaled ? kPer : 1];
+  float v_scale[kScaled ? kPer : 1];
+
+  __device__ __forceinline__ void Load(const SplitKvArgs& a, const SplitSpan& s) {
+    const int32_t* blocks = a.block_ids + a.block_table_start[a.token_seq[s.token]];
+    int32_t block_id[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int i = threadIdx.x + u * kThreads;
+      block_id[u] = i < s.n ? __ldg(blocks + (s.k0 + i) / a.block_size) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int j = s.k0 + threadIdx.x + u * kThreads;
+      const int b = j / a.block_size;
+      row[u] = (static_cast<int64_t>(block_id[u]) * a.num_kv_heads + s.kv_head) * a.block_size +
+               (j - b * a.block_size);
+    }
+    if constexpr (kScaled) {
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const bool valid = threadIdx.x + u * kThreads < s.n;
+        k_scale[u] = valid ? __ldg(a.k_scales + row[u]) : 0.0f;
+        v_scale[u] = valid ? __ldg(a.v_scales + row[u]) : 0.0f;
+      }
+    }
+  }
+};
+
 // The end of a split-KV CTA: kParts partial softmax states per head (row
 // groups or warps, each with its own (m, l) and unnormalised acc) combined in
 // increasing part order into the split's partial in the workspace. A part
@@ -166,18 +231,10 @@ __global__ void __launch_bounds__(kThreads, SplitKvMinBlocks(kHeads))
   constexpr int kPerLane = S::kPerLane, kGroups = S::kGroups, kUnroll = S::kUnroll;
   constexpr bool kUnpackKOnce = kHeads <= 4;  // register budget
 
-  const int token = blockIdx.x;
-  const int split = blockIdx.y;
-  const int kv_head = blockIdx.z / a.passes;
-  const int pass = blockIdx.z % a.passes;
-  const int pos = a.token_pos[token];
-  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  const int k0 = max(lo, split * kSplitKeys);
-  const int k1 = min(pos + 1, (split + 1) * kSplitKeys);
-  if (k0 >= k1) return;  // the split does not meet lo..pos (uniform per CTA)
-  const int n = k1 - k0;
-  const int head0 = kv_head * a.group + pass * kHeads;  // first query head of the CTA
-  const int heads = min(kHeads, a.group - pass * kHeads);
+  const SplitSpan span = SplitSpan::Of(a, kHeads);
+  if (span.n <= 0) return;  // uniform per CTA
+  const int token = span.token, split = span.split;
+  const int n = span.n, head0 = span.head0, heads = span.heads;
 
   // The loop phase and the row-group merge phase never overlap in time.
   struct LoopSmem {
@@ -199,17 +256,16 @@ __global__ void __launch_bounds__(kThreads, SplitKvMinBlocks(kHeads))
 
   // Page table of the split, expanded to one row offset per attended key.
   {
-    const int32_t* blocks = a.block_ids + a.block_table_start[a.token_seq[token]];
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      const int j = k0 + i;
-      const int b = j / a.block_size;
-      const int64_t row =
-          (static_cast<int64_t>(__ldg(blocks + b)) * a.num_kv_heads + kv_head) * a.block_size +
-          (j - b * a.block_size);
-      smem.loop.row[i] = row * S::kChunks;
+    SplitRows<C::kScaled> rows;
+    rows.Load(a, span);
+#pragma unroll
+    for (int u = 0; u < rows.kPer; ++u) {
+      const int i = threadIdx.x + u * kThreads;
+      if (i >= n) break;
+      smem.loop.row[i] = rows.row[u] * S::kChunks;
       if constexpr (C::kScaled) {
-        smem.loop.k_scale[i] = __ldg(a.k_scales + row);
-        smem.loop.v_scale[i] = __ldg(a.v_scales + row);
+        smem.loop.k_scale[i] = rows.k_scale[u];
+        smem.loop.v_scale[i] = rows.v_scale[u];
       }
     }
     const int64_t q0 = token * a.q_stride + static_cast<int64_t>(head0) * kDim;

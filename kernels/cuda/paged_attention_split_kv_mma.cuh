@@ -60,6 +60,13 @@ inline bool MmaSplitKvSupports(KvDtype format, int head_dim) {
 constexpr int kMmaHeads = 8;              // query heads per pass (rows 0..7; 8..15: their lo parts)
 constexpr int kMmaWarps = kThreads / 32;  // 4
 constexpr int kMmaBlockKeys = 16;         // keys per warp step
+#ifndef KVSERVE_MMA_L2_AHEAD
+#define KVSERVE_MMA_L2_AHEAD 3
+#endif
+// Each warp holds the next block's words in registers and asks L2 for the
+// rows of the block this many warp steps ahead (< 2: none; < 0: the whole
+// split during the prologue).
+constexpr int kMmaL2Ahead = KVSERVE_MMA_L2_AHEAD;
 
 // ---- fp16 pairs from codes. Every decoder returns exact fp16 values. ----
 
@@ -203,6 +210,11 @@ __device__ __forceinline__ void LoadWords(const char* p, uint32_t (&w)[kWords]) 
   }
 }
 
+// Asks L2 for the 128-byte line at p; nothing waits for it.
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // e for |x| = m 2^e, m in [0.5, 1): 2^-e brings x to [0.5, 1). `fallback`
 // for 0, inf and NaN (nothing to scale, and NaN must stay NaN). Clamped to
 // [-100, 127] so that 2^(15 - e) and 2^e stay finite normal floats (an x
@@ -226,26 +238,17 @@ __global__ void __launch_bounds__(kThreads, 2) SplitKvMmaKernel(const SplitKvArg
   static_assert(kKPairs == 2 * kSteps && kVWords * 32 / C::kBits == kDTiles);
   static_assert(kSplitKeys % (kMmaWarps * kMmaBlockKeys) == 0);
 
-  const int token = blockIdx.x;
-  const int split = blockIdx.y;
-  const int kv_head = blockIdx.z / a.passes;
-  const int pass = blockIdx.z % a.passes;
-  const int pos = a.token_pos[token];
-  const int lo_key = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  const int k0 = max(lo_key, split * kSplitKeys);
-  const int k1 = min(pos + 1, (split + 1) * kSplitKeys);
-  if (k0 >= k1) return;  // uniform per CTA
-  const int n = k1 - k0;
-  const int head0 = kv_head * a.group + pass * kMmaHeads;
-  const int heads = min(kMmaHeads, a.group - pass * kMmaHeads);
+  const SplitSpan span = SplitSpan::Of(a, kMmaHeads);
+  if (span.n <= 0) return;  // uniform per CTA
+  const int n = span.n, head0 = span.head0, heads = span.heads;
 
   struct LoopSmem {
-    float q[kMmaHeads][kDim];      // raw q (0 for heads past `heads`)
-    int64_t row_byte[kSplitKeys];  // key k0 + i's row, in bytes from the cache start
-    float k_scale[kSplitKeys];     // times C::kScaleFactor
-    float v_scale[kSplitKeys];     // times C::kScaleFactor
-    int q_exp[kMmaHeads];          // NormalizingExponent of max |q| per head
-    unsigned v_scale_max;          // bits of the largest v_scale (non-negative floats)
+    float q[kMmaHeads][kDim];         // raw q (0 for heads past `heads`)
+    int64_t row_byte[kSplitKeys];     // key k0 + i's row, in bytes from the cache start
+    float k_scale[kSplitKeys];        // times C::kScaleFactor
+    float v_scale[kSplitKeys];        // times C::kScaleFactor
+    int q_exp[kMmaHeads];             // NormalizingExponent of max |q| per head
+    unsigned v_scale_max[kMmaWarps];  // per warp, bits of its largest v_scale (>= 0)
   };
   union Smem {
     LoopSmem loop;
@@ -253,80 +256,43 @@ __global__ void __launch_bounds__(kThreads, 2) SplitKvMmaKernel(const SplitKvArg
   };
   __shared__ __align__(16) Smem smem;
 
-  if (threadIdx.x == 0) smem.loop.v_scale_max = 0;
-  __syncthreads();
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;  // the thread's head (row g of A) and column of B
+  const int t = lane % 4;
+  const char* kc = static_cast<const char*>(a.k_cache);
+  const char* vc = static_cast<const char*>(a.v_cache);
   {
-    const int32_t* blocks = a.block_ids + a.block_table_start[a.token_seq[token]];
+    SplitRows<true> rows;
+    rows.Load(a, span);
+    const int64_t q0 = span.token * a.q_stride + static_cast<int64_t>(head0) * kDim;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < kMmaHeads * kDim; i += kThreads) {
+      const int h = i / kDim;
+      smem.loop.q[h][i - h * kDim] = h < heads ? LoadQ(a.q, a.q_type, q0 + i) : 0.0f;
+    }
     float v_max = 0.0f;
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      const int j = k0 + i;
-      const int b = j / a.block_size;
-      const int64_t row =
-          (static_cast<int64_t>(__ldg(blocks + b)) * a.num_kv_heads + kv_head) * a.block_size +
-          (j - b * a.block_size);
-      smem.loop.row_byte[i] = row * kRowBytes;
-      smem.loop.k_scale[i] = __ldg(a.k_scales + row) * C::kScaleFactor;
-      const float vs = __ldg(a.v_scales + row) * C::kScaleFactor;
+#pragma unroll
+    for (int u = 0; u < rows.kPer; ++u) {
+      const int i = threadIdx.x + u * kThreads;
+      if (i >= n) break;
+      const int64_t row_byte = rows.row[u] * kRowBytes;
+      smem.loop.row_byte[i] = row_byte;
+      if constexpr (kMmaL2Ahead < 0) {
+        PrefetchL2(kc + row_byte);
+        PrefetchL2(vc + row_byte);
+      }
+      smem.loop.k_scale[i] = rows.k_scale[u] * C::kScaleFactor;
+      const float vs = rows.v_scale[u] * C::kScaleFactor;
       smem.loop.v_scale[i] = vs;
       // Scales are >= 0 or NaN; as bits, NaN orders above every number.
       v_max = __uint_as_float(max(__float_as_uint(v_max), __float_as_uint(fabsf(vs))));
     }
     const unsigned warp_max = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(v_max));
-    if (threadIdx.x % 32 == 0) atomicMax(&smem.loop.v_scale_max, warp_max);
-    const int64_t q0 = token * a.q_stride + static_cast<int64_t>(head0) * kDim;
-    for (int i = threadIdx.x; i < kMmaHeads * kDim; i += kThreads) {
-      const int h = i / kDim;
-      smem.loop.q[h][i - h * kDim] = h < heads ? LoadQ(a.q, a.q_type, q0 + i) : 0.0f;
-    }
-  }
-  __syncthreads();
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  for (int h = warp; h < kMmaHeads; h += kMmaWarps) {
-    unsigned m = 0;
-    for (int d = lane; d < kDim; d += 32) m = max(m, __float_as_uint(fabsf(smem.loop.q[h][d])));
-    m = __reduce_max_sync(0xFFFFFFFFu, m);
-    if (lane == 0)
-      smem.loop.q_exp[h] = NormalizingExponent(__uint_as_float(m), 15);  // 15: q as it is
+    if (lane == 0) smem.loop.v_scale_max[warp] = warp_max;
   }
   __syncthreads();
 
-  const int g = lane / 4;  // the thread's head (row g of A) and column of B
-  const int t = lane % 4;
-  // q of head g as A fragments: rows g (hi) and g + 8 (lo), the k-step slots
-  // holding the dims of quarter t in decoding order. Scaled by 2^(15 - e) so
-  // that max |q| lands in [2^14, 2^15).
-  const int q_exp = smem.loop.q_exp[g];
-  uint32_t qa[kSteps][4];
-  {
-    const float to_half = ldexpf(1.0f, 15 - q_exp);
-    const float* qrow = smem.loop.q[g] + t * (kDim / 4);
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {  // cols 2t, 2t + 1 (half 0); 2t + 8, 2t + 9
-        const int pair = 2 * s + half;
-        const int base = (pair / C::kPairs) * (32 / C::kBits);  // the pair's word
-        const int e0 = base + C::ElementOf(pair % C::kPairs, 0);
-        const int e1 = base + C::ElementOf(pair % C::kPairs, 1);
-        SplitHalfPair(qrow[e0] * to_half, qrow[e1] * to_half, qa[s][2 * half], qa[s][2 * half + 1]);
-      }
-    }
-  }
-  // Score of head g: (hi + lo) * K's row scale * this.
-  const float score_factor = a.scale_log2 * ldexpf(1.0f, q_exp - 15);
-  // The weights times V's row scale, over 2^v_exp before they are split.
-  const int v_exp = NormalizingExponent(__uint_as_float(smem.loop.v_scale_max), 0);
-  const float v_norm = ldexpf(1.0f, -v_exp);
-
-  float acc[kDTiles][4];  // O of head g: [j][0..1] hi rows, [j][2..3] lo rows
-#pragma unroll
-  for (int j = 0; j < kDTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  float m = -INFINITY;  // head g's running max (the same in the 4 threads of g)
-  float l = 0.0f;       // this thread's share of head g's running sum
-
-  const char* kc = static_cast<const char*>(a.k_cache);
-  const char* vc = static_cast<const char*>(a.v_cache);
   struct Stage {
     uint32_t k[2][kKWords];  // keys g and 8 + g, quarter t
     uint32_t v[4][kVWords];  // keys 2t, 2t + 1, 2t + 8, 2t + 9, eighth g
@@ -356,13 +322,69 @@ __global__ void __launch_bounds__(kThreads, 2) SplitKvMmaKernel(const SplitKvArg
       }
     }
   };
+  // Asks L2 for the K rows (lanes 0-15) and V rows (16-31) of a block.
+  auto prefetch = [&](int block) {
+    const int key = block * kMmaBlockKeys + lane % 16;
+    if (key < n) PrefetchL2((lane < 16 ? kc : vc) + smem.loop.row_byte[key]);
+  };
 
+  // The first block's loads go out before q is prepared.
   const int blocks = (n + kMmaBlockKeys - 1) / kMmaBlockKeys;
   Stage cur;
   if (warp < blocks) load(warp, cur);
+  if constexpr (kMmaL2Ahead > 1) {
+#pragma unroll
+    for (int d = 2; d < kMmaL2Ahead; ++d) prefetch(warp + d * kMmaWarps);
+  }
+
+  for (int h = warp; h < kMmaHeads; h += kMmaWarps) {
+    unsigned m = 0;
+    for (int d = lane; d < kDim; d += 32) m = max(m, __float_as_uint(fabsf(smem.loop.q[h][d])));
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if (lane == 0)
+      smem.loop.q_exp[h] = NormalizingExponent(__uint_as_float(m), 15);  // 15: q as it is
+  }
+  __syncthreads();
+
+  // q of head g as A fragments: rows g (hi) and g + 8 (lo), the k-step slots
+  // holding the dims of quarter t in decoding order. Scaled by 2^(15 - e) so
+  // that max |q| lands in [2^14, 2^15).
+  const int q_exp = smem.loop.q_exp[g];
+  uint32_t qa[kSteps][4];
+  {
+    const float to_half = ldexpf(1.0f, 15 - q_exp);
+    const float* qrow = smem.loop.q[g] + t * (kDim / 4);
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // cols 2t, 2t + 1 (half 0); 2t + 8, 2t + 9
+        const int pair = 2 * s + half;
+        const int base = (pair / C::kPairs) * (32 / C::kBits);  // the pair's word
+        const int e0 = base + C::ElementOf(pair % C::kPairs, 0);
+        const int e1 = base + C::ElementOf(pair % C::kPairs, 1);
+        SplitHalfPair(qrow[e0] * to_half, qrow[e1] * to_half, qa[s][2 * half], qa[s][2 * half + 1]);
+      }
+    }
+  }
+  // Score of head g: (hi + lo) * K's row scale * this.
+  const float score_factor = a.scale_log2 * ldexpf(1.0f, q_exp - 15);
+  // The weights times V's row scale, over 2^v_exp before they are split.
+  unsigned v_scale_max = 0;
+#pragma unroll
+  for (int w = 0; w < kMmaWarps; ++w) v_scale_max = max(v_scale_max, smem.loop.v_scale_max[w]);
+  const int v_exp = NormalizingExponent(__uint_as_float(v_scale_max), 0);
+  const float v_norm = ldexpf(1.0f, -v_exp);
+
+  float acc[kDTiles][4];  // O of head g: [j][0..1] hi rows, [j][2..3] lo rows
+#pragma unroll
+  for (int j = 0; j < kDTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  float m = -INFINITY;  // head g's running max (the same in the 4 threads of g)
+  float l = 0.0f;       // this thread's share of head g's running sum
+
   for (int block = warp; block < blocks; block += kMmaWarps) {
     Stage next;
     if (block + kMmaWarps < blocks) load(block + kMmaWarps, next);
+    if constexpr (kMmaL2Ahead > 1) prefetch(block + kMmaL2Ahead * kMmaWarps);
     const int key0 = block * kMmaBlockKeys;
 
     // S = q K^T for the block's two n8 tiles.
@@ -464,7 +486,7 @@ __global__ void __launch_bounds__(kThreads, 2) SplitKvMmaKernel(const SplitKvArg
       smem.merge.acc[warp][g][d + kDim / 8] = (acc[j][1] + acc[j][3]) * to_acc;
     }
   }
-  smem.merge.Write(a, heads, token, head0, split);
+  smem.merge.Write(a, heads, span.token, head0, span.split);
 }
 
 // The tensor-core split kernel for format F (MmaSplitKvSupports), then the
