@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -285,13 +286,6 @@ struct PartitionSink {
   float* out;
 };
 
-// The calling thread's scratch for a pass's partition state (`floats` long).
-float* PartitionScratch(int64_t floats) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
-  return buffer.data();
-}
-
 // Folds one partition's (m, l, out) into a head's result (the fold of the
 // partitions before it; first: none, and the partition becomes it):
 //   m' = max(m_r, m_p), c_r = exp(m_r - m'), c_p = exp(m_p - m'),
@@ -357,7 +351,8 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   int key_end[kMaxHeadsPerPass];  // one past the last key position of head g
   // The running state of the partition at hand (pass.m, pass.l, pass.out in
   // this thread's scratch) and the fold of those before it (result_*).
-  float* partition_out = PartitionScratch(int64_t{pass.count} * dim);
+  float* partition_out =
+      internal::ThreadScratch(internal::ScratchUse::kPartitionState, int64_t{pass.count} * dim);
   float* result_out[kMaxHeadsPerPass];
   float result_m[kMaxHeadsPerPass], result_l[kMaxHeadsPerPass];
   for (int g = 0; g < pass.count; ++g) {
@@ -395,7 +390,9 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   const int64_t row_bytes = KvRowBytes(p.kv_dtype, dim);
   const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
   const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
-  float* scratch = packed ? internal::DecodeScratch(2 * kTile * dim) : nullptr;
+  float* scratch =
+      packed ? internal::ThreadScratch(internal::ScratchUse::kDecodedRows, 2 * kTile * dim)
+             : nullptr;
   // The next tile's lines, for the AVX2 row step to ask for (below): on
   // decode passes over long contexts, whose rows come from memory.
   const bool spread_prefetch =
@@ -768,8 +765,9 @@ void WriteKvCache(const WriteKvParams& p) {
 
 namespace internal {
 
-float* DecodeScratch(int64_t floats) {
-  thread_local std::vector<float> buffer;
+float* ThreadScratch(ScratchUse use, int64_t floats) {
+  thread_local std::array<std::vector<float>, 2> buffers;
+  std::vector<float>& buffer = buffers[static_cast<size_t>(use)];
   if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
   return buffer.data();
 }

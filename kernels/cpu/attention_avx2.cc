@@ -363,7 +363,7 @@ void AttendTileFormat(const PagedAttentionParams& p, HeadPass& pass, const uint8
     int active = 0;
     for (int g = 0; g < pass.count; ++g) active += pass.n[g] > 0 ? 1 : 0;
     if (active > kGroupHeads) {
-      float* scratch = DecodeScratch(int64_t{2} * kTile * p.head_dim);
+      float* scratch = ThreadScratch(ScratchUse::kDecodedRows, int64_t{2} * kTile * p.head_dim);
       const uint8_t* kf[kTile];
       const uint8_t* vf[kTile];
       ConvertRows<Rows>(k_rows, n, p.head_dim, scratch, kf);

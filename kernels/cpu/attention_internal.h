@@ -63,9 +63,15 @@ void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float
 void AttendTile16Avx512(const PagedAttentionParams& p, HeadPass& pass, const uint16_t* const* keys,
                         const uint16_t* const* vals, int n);
 
-// The calling thread's fp32 scratch for a tile's decoded rows, at least
-// `floats` long; valid until the thread's next call.
-float* DecodeScratch(int64_t floats);
+// The calling thread's fp32 scratch buffers, one per use, each at least
+// `floats` long and valid until the thread's next call for the same use. A
+// pass over a packed format holds both at once (a tile's decoded rows while
+// its partition state is live), hence one buffer per use.
+enum class ScratchUse {
+  kDecodedRows,     // a tile's K and V rows decoded to fp32
+  kPartitionState,  // a pass's unnormalised partition output
+};
+float* ThreadScratch(ScratchUse use, int64_t floats);
 
 // The cache lines of the next key tile (its K and V rows and their
 // scales), listed by the walk as runs of consecutive lines. The AVX2 tile
