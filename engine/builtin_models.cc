@@ -263,6 +263,18 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
     // SmolLM-135M's vocabulary size (the byte tokenizer only produces ids
     // < 258; ids past it decode to nothing): its lm_head's share of a step.
     if (name == "small-49k") c.vocab_size = 49152;
+  } else if (name == "medium-152k") {
+    // The Qwen2.5-0.5B shape as a Llama (no q/k/v bias), its 151,936-token
+    // vocabulary tied: the larger CPU benchmark shape.
+    c.vocab_size = 151936;
+    c.hidden_size = 896;
+    c.intermediate_size = 4864;
+    c.num_layers = 24;
+    c.num_heads = 14;
+    c.num_kv_heads = 2;
+    c.head_dim = 64;
+    c.rope_theta = 1000000.0;
+    c.rms_norm_eps = 1e-6;
   } else if (name == "llama3-8b") {
     // The Meta-Llama-3-8B shape (vocabulary included: the byte tokenizer
     // only ever produces ids < 258, and ids past it decode to nothing).
@@ -286,9 +298,10 @@ absl::StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
   } else if (name.starts_with("tiny-")) {
     return TinyOfFamily(name);
   } else {
-    return absl::NotFoundError(absl::StrCat(
-        "unknown builtin model \"", std::string(name),
-        "\" (builtin models: tiny, small, small-49k, llama3-8b, ", kTinyFamilies, ")"));
+    return absl::NotFoundError(
+        absl::StrCat("unknown builtin model \"", std::string(name),
+                     "\" (builtin models: tiny, small, small-49k, medium-152k, llama3-8b, ",
+                     kTinyFamilies, ")"));
   }
   return c;
 }

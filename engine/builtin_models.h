@@ -13,6 +13,9 @@
 //                  parameters): benchmarks
 //   builtin:small-49k  builtin:small with SmolLM-135M's 49152-token vocabulary
 //                  (tied; ~134M parameters): weight-format benchmarks
+//   builtin:medium-152k  the Qwen2.5-0.5B shape as a Llama without q/k/v bias
+//                  (24 layers, hidden 896, 14 / 2 heads, MLP 4864, vocabulary
+//                  151936 tied; ~494M parameters): the larger CPU benchmark
 //   builtin:llama3-8b  the Meta-Llama-3-8B shape (32 layers, hidden 4096,
 //                  32 / 8 heads, MLP 14336, vocabulary 128256, llama3 rope,
 //                  untied lm_head; 8.0B parameters): GPU benchmarks only.

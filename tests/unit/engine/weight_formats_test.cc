@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/builtin_models.h"
@@ -93,6 +94,29 @@ TEST(WeightFormatsTest, TiedEmbeddingIsStoredOnce) {
   EXPECT_EQ(q_tied->weights.lm_head.format, WeightFormat::kInt8);
   EXPECT_EQ(q_untied->weights.lm_head.format, WeightFormat::kInt8);
   EXPECT_EQ(q_untied->weights.embed_tokens.format, WeightFormat::kF32);
+}
+
+// The benchmark shapes hold their reference checkpoints' parameters:
+// SmolLM-135M's (small-49k) and Qwen2.5-0.5B's less its 1,152 q/k/v biases
+// per layer (medium-152k), both with the embedding tied.
+TEST(WeightFormatsTest, BenchmarkBuiltinsHaveTheirShapesParameterCounts) {
+  auto parameters = [](std::string_view name) {
+    auto config = BuiltinModelConfig(name);
+    EXPECT_TRUE(config.ok()) << name;
+    int64_t total = 0;
+    for (const BuiltinTensorSpec& spec : BuiltinTensorSpecs(*config)) {
+      int64_t count = 1;
+      for (int64_t dim : spec.shape) count *= dim;
+      total += count;
+    }
+    return total;
+  };
+  EXPECT_EQ(parameters("small-49k"), 134515008);
+  EXPECT_EQ(parameters("medium-152k"), 494032768 - 24 * 1152);
+  auto medium = BuiltinModelConfig("medium-152k");
+  ASSERT_TRUE(medium.ok());
+  EXPECT_TRUE(medium->tie_word_embeddings);
+  EXPECT_EQ(medium->num_heads / medium->num_kv_heads, 7);
 }
 
 // Builtin checkpoints generate a tensor when found and free it when released
