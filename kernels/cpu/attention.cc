@@ -58,7 +58,8 @@ void DecodeRowByRow(DecodeRow decode, KvDtype dtype, const uint8_t* src, const f
 // the same three, each with a fixed operation order of its own. ----
 
 struct ScalarOps {
-  static constexpr bool kIntegerCodes = false;  // the integer-code steps need AVX2 at least
+  static constexpr bool kIntegerCodes = false;      // the integer-code steps need AVX2 at least
+  static constexpr bool kTileAsksForLines = false;  // Tile() ignores its LinePrefetcher
   static constexpr bool kRows16InPlace = false;
   static constexpr bool kRowsInPlace = false;
   // s[j] = dot(q, keys[j]) * scale
@@ -97,7 +98,7 @@ struct ScalarOps {
     DecodeRowByRow(DequantizeKvRow, dtype, src, scales, rows, dim, dst);
   }
   static void Tile(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
-                   const float* const* vals, int n) {
+                   const float* const* vals, int n, internal::LinePrefetcher*) {
     AttendTilePerHead<ScalarOps>(p, pass, keys, vals, n);
   }
 };
@@ -180,7 +181,8 @@ __attribute__((target("avx2,fma"))) void AccumulateAvx2(float* out, float corr, 
 }
 
 struct Avx2Ops {
-  static constexpr bool kIntegerCodes = true;  // when UsesIntegerCodeAttention
+  static constexpr bool kIntegerCodes = true;       // when UsesIntegerCodeAttention
+  static constexpr bool kTileAsksForLines = false;  // Tile() ignores its LinePrefetcher
   static constexpr bool kRows16InPlace = false;
   // Rows of every format read in place (attention_avx2.cc) when the head
   // dim is a multiple of 8; the other dims decode rows into an fp32 tile
@@ -202,7 +204,7 @@ struct Avx2Ops {
     DecodeRowByRow(DequantizeKvRowAvx2, dtype, src, scales, rows, dim, dst);
   }
   static void Tile(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
-                   const float* const* vals, int n) {
+                   const float* const* vals, int n, internal::LinePrefetcher*) {
     AttendTilePerHead<Avx2Ops>(p, pass, keys, vals, n);
   }
 };
@@ -210,16 +212,17 @@ struct Avx2Ops {
 // AVX-512F (head_dim a multiple of 16): all heads of the pass per key row
 // (attention_avx512.cc); rows decode 16 values at a time.
 struct Avx512Ops {
-  static constexpr bool kIntegerCodes = true;   // when UsesIntegerCodeAttention
-  static constexpr bool kRows16InPlace = true;  // bf16 / fp16 rows need no decoded tile
+  static constexpr bool kIntegerCodes = true;      // when UsesIntegerCodeAttention
+  static constexpr bool kTileAsksForLines = true;  // every AVX-512 step takes a LinePrefetcher
+  static constexpr bool kRows16InPlace = true;     // bf16 / fp16 rows need no decoded tile
   static constexpr bool kRowsInPlace = false;
   static void DecodeRows(KvDtype dtype, const uint8_t* src, const float* scales, int rows, int dim,
                          float* dst) {
     DequantizeKvRowsAvx512(dtype, src, scales, rows, dim, dst);
   }
   static void Tile(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
-                   const float* const* vals, int n) {
-    internal::AttendTileAvx512(p, pass, keys, vals, n);
+                   const float* const* vals, int n, internal::LinePrefetcher* next_tile) {
+    internal::AttendTileAvx512(p, pass, keys, vals, n, next_tile);
   }
 };
 
@@ -395,8 +398,12 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
              : nullptr;
   // The next tile's lines, for the AVX2 row step to ask for (below): on
   // decode passes over long contexts, whose rows come from memory.
-  const bool spread_prefetch =
-      (rows_avx2 || (codes && !vnni)) && tokens == 1 && pos + 1 - lo >= kSpreadPrefetchMinKeys;
+  // The AVX-512 steps do the same, but for the VNNI step over 4-bit rows:
+  // its arithmetic, not memory, bounds it, and spreading cost it 10%.
+  const bool avx512_spreads =
+      Ops::kTileAsksForLines && (!codes || (vnni && p.kv_dtype == KvDtype::kInt8));
+  const bool spread_prefetch = (rows_avx2 || (codes && !vnni) || avx512_spreads) && tokens == 1 &&
+                               pos + 1 - lo >= kSpreadPrefetchMinKeys;
   internal::LinePrefetcher next_lines;
   int partition_first_key = begin;
   bool folded[kMaxHeadsPerPass] = {};  // head g's result holds a partition
@@ -459,7 +466,12 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     // 8,192 tokens) that took bf16 from 4.7 to 3.4 ms, int8 from 3.2 to 2.6
     // and fp32 from 5.4 to 5.2-5.3. Prefill chunks and short contexts keep
     // the whole-tile asks: their rows sit in cache, and listing the lines
-    // cost them 5-15% (kSpreadPrefetchMinKeys).
+    // cost them 5-15% (kSpreadPrefetchMinKeys). On the AVX-512 Zen 4 VM
+    // (2026-11-27, kv_cache_bench, 3 alternating pairs) spreading them in
+    // the AVX-512 steps took fp32 from 5.5 to 2.3-2.9 ms, bf16 and fp16 from
+    // 3.2-3.8 to 1.9, fp8 from 3.2-3.7 to 2.7-3.3 and int8 from 1.5-2.2 to
+    // 1.4-1.8; the VNNI 4-bit step went from 1.1-1.4 to 1.3-1.7, so it
+    // keeps the whole-tile asks.
     KeyCursor ahead = cursor;
     const int next_n = std::max(0, std::min(end, tile + 2 * kTile) - (tile + kTile));
     if (spread_prefetch) {
@@ -483,17 +495,17 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
       std::fill(v_scales + n, v_scales + kTile, 1.0f);
     }
     if (codes && vnni) {
-      internal::AttendCodeTileAvx512Vnni(p, pass, code_query, k_rows, k_scales, v_rows, v_scales,
-                                         n);
+      internal::AttendCodeTileAvx512Vnni(p, pass, code_query, k_rows, k_scales, v_rows, v_scales, n,
+                                         spread_prefetch ? &next_lines : nullptr);
     } else if (codes) {
       internal::AttendCodeTileAvx2(p, pass, code_query, k_rows, k_scales, v_rows, v_scales,
                                    next_lines);
     } else if (rows_avx2) {
       internal::AttendRowTileAvx2(p, pass, k_rows, k_scales, v_rows, v_scales, n, next_lines);
     } else if (rows16) {
-      internal::AttendTile16Avx512(p, pass, k16, v16, n);
+      internal::AttendTile16Avx512(p, pass, k16, v16, n, spread_prefetch ? &next_lines : nullptr);
     } else {
-      Ops::Tile(p, pass, keys, vals, n);
+      Ops::Tile(p, pass, keys, vals, n, spread_prefetch ? &next_lines : nullptr);
     }
     if (tile + kTile >= end || (tile + kTile) % kPartition == 0) {  // the partition ends
       for (int g = 0; g < pass.count; ++g) {

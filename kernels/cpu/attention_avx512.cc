@@ -60,18 +60,20 @@ inline __m512 Scores16(const float* q, const Row* const* keys, int nk, int vecs,
 
 template <class Row, __m512 (*Load)(const Row*, int)>
 void AttendTile(const PagedAttentionParams& p, HeadPass& pass, const Row* const* keys,
-                const Row* const* vals) {
+                const Row* const* vals, LinePrefetcher* next_tile) {
   const int vecs = p.head_dim / 16;
   alignas(64) float w[kMaxHeadsPerPass][kTile];
   float corr[kMaxHeadsPerPass];
   for (int g = 0; g < pass.count; ++g) {
     const int ng = pass.n[g];
     if (ng <= 0) continue;
+    if (next_tile != nullptr) next_tile->Issue(next_tile->LinesPerStep(1, pass.count));
     __m512 s0 = Scores16<Row, Load>(pass.q[g], keys, std::min(ng, 16), vecs, p.scale);
     __m512 s1 = ng > 16 ? Scores16<Row, Load>(pass.q[g], keys + 16, ng - 16, vecs, p.scale)
                         : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     SoftmaxStep(p, pass, g, ng, s0, s1, w[g], &corr[g]);
   }
+  if (next_tile != nullptr) next_tile->IssueRest();
   AccumulatePass<Row, Load>(pass, corr, w, vals, vecs);
 }
 
@@ -82,16 +84,17 @@ bool Avx512AttentionSupports(int head_dim) {
 }
 
 void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
-                      const float* const* vals, int /*n: pass.n[g] <= n per head*/) {
-  AttendTile<float, LoadF32x16>(p, pass, keys, vals);
+                      const float* const* vals, int /*n: pass.n[g] <= n per head*/,
+                      LinePrefetcher* next_tile) {
+  AttendTile<float, LoadF32x16>(p, pass, keys, vals, next_tile);
 }
 
 void AttendTile16Avx512(const PagedAttentionParams& p, HeadPass& pass, const uint16_t* const* keys,
-                        const uint16_t* const* vals, int /*n*/) {
+                        const uint16_t* const* vals, int /*n*/, LinePrefetcher* next_tile) {
   if (p.kv_dtype == KvDtype::kBfloat16) {
-    AttendTile<uint16_t, LoadBf16x16>(p, pass, keys, vals);
+    AttendTile<uint16_t, LoadBf16x16>(p, pass, keys, vals, next_tile);
   } else {
-    AttendTile<uint16_t, LoadF16x16>(p, pass, keys, vals);
+    AttendTile<uint16_t, LoadF16x16>(p, pass, keys, vals, next_tile);
   }
 }
 

@@ -252,7 +252,8 @@ void AccumulateCodes(HeadPass& pass, const int* heads, const float* corr, const 
 template <class Codes>
 void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQuery& query,
                     const uint8_t* const* k_rows, const float* k_scales,
-                    const uint8_t* const* v_rows, const float* v_scales, int n) {
+                    const uint8_t* const* v_rows, const float* v_scales, int n,
+                    LinePrefetcher* next_tile) {
   const int pieces = p.head_dim / 64;
   KeyWords keys;
   TransposeKeys<Codes>(k_rows, n, pieces, &keys);
@@ -267,6 +268,7 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
   for (int g = 0; g < pass.count; ++g) {
     const int ng = pass.n[g];
     if (ng <= 0) continue;
+    if (next_tile != nullptr) next_tile->Issue(next_tile->LinesPerStep(1, pass.count));
     const __m512 s0 = CodeScores16(query, g, keys, 0, std::min(ng, 16), pieces, ks0);
     const __m512 s1 = ng > 16 ? CodeScores16(query, g, keys, 1, ng - 16, pieces, ks1)
                               : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -275,6 +277,7 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
     active[num_active++] = g;
     most_keys = std::max(most_keys, ng);
   }
+  if (next_tile != nullptr) next_tile->IssueRest();
   // The heads four at a time; a head's weights past its own key count are
   // 0, so sharing a block with heads that attend more keys adds exact zeros.
   for (int c = 0; c < pieces; ++c) {
@@ -314,14 +317,18 @@ void RestoreValueOrder(int dim, float* out) {
 
 void AttendCodeTileAvx512Vnni(const PagedAttentionParams& p, HeadPass& pass, const CodeQuery& query,
                               const uint8_t* const* k_rows, const float* k_scales,
-                              const uint8_t* const* v_rows, const float* v_scales, int n) {
+                              const uint8_t* const* v_rows, const float* v_scales, int n,
+                              LinePrefetcher* next_tile) {
   switch (p.kv_dtype) {
     case KvDtype::kInt8:
-      return AttendCodeTile<Int8Codes>(p, pass, query, k_rows, k_scales, v_rows, v_scales, n);
+      return AttendCodeTile<Int8Codes>(p, pass, query, k_rows, k_scales, v_rows, v_scales, n,
+                                       next_tile);
     case KvDtype::kInt4:
-      return AttendCodeTile<Int4Codes>(p, pass, query, k_rows, k_scales, v_rows, v_scales, n);
+      return AttendCodeTile<Int4Codes>(p, pass, query, k_rows, k_scales, v_rows, v_scales, n,
+                                       next_tile);
     case KvDtype::kFp4E2m1:
-      return AttendCodeTile<Fp4Codes>(p, pass, query, k_rows, k_scales, v_rows, v_scales, n);
+      return AttendCodeTile<Fp4Codes>(p, pass, query, k_rows, k_scales, v_rows, v_scales, n,
+                                      next_tile);
     default:
       break;  // UsesIntegerCodeAttention admits no other format
   }

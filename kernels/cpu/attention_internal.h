@@ -50,18 +50,22 @@ inline int NextHeadGroupSize(int left, int most) {
 // multiple of 16 up to 256 (one to sixteen zmm per row).
 bool Avx512AttentionSupports(int head_dim);
 
+class LinePrefetcher;
+
 // One key tile (n <= kAttentionKeyTile keys, rows of fp32 given by pointer)
 // for every head of the pass (head g: keys 0..pass.n[g)): scores, softcap, online-softmax step and
 // accumulation. Needs AVX-512F. Each head's result is bit-identical
 // whatever the pass's head count and the tile's place in the batch.
+// next_tile (nullable): the next tile's lines, asked for a share before each
+// head's scores and the rest before the accumulation (LinePrefetcher below).
 void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float* const* keys,
-                      const float* const* vals, int n);
+                      const float* const* vals, int n, LinePrefetcher* next_tile);
 
 // The same step over bf16 or fp16 rows (p.kv_dtype) read in place: each
 // value widened to fp32 in registers, exactly as the row decoders widen
 // it, so the result is bit-identical to AttendTileAvx512 on decoded rows.
 void AttendTile16Avx512(const PagedAttentionParams& p, HeadPass& pass, const uint16_t* const* keys,
-                        const uint16_t* const* vals, int n);
+                        const uint16_t* const* vals, int n, LinePrefetcher* next_tile);
 
 // The calling thread's fp32 scratch buffers, one per use, each at least
 // `floats` long and valid until the thread's next call for the same use. A
@@ -75,12 +79,11 @@ float* ThreadScratch(ScratchUse use, int64_t floats);
 
 // The cache lines of the next key tile (its K and V rows and their
 // scales), listed by the walk as runs of consecutive lines. The AVX2 tile
-// step asks for them a few at a time while it scores its own keys
-// (Issue), so that the next tile's reads overlap this tile's
-// arithmetic. Asking for a whole tile at once, before the step, overlapped
-// nothing on an AVX2 EPYC (kv_cache_bench: the same time as no prefetch).
-// Prefetches are hints: a run past kMaxRuns is left out, and nothing here
-// changes a result.
+// step asks for them a few at a time while it scores its own keys, and the
+// AVX-512 steps a share before each head's scores (Issue), so that the next
+// tile's reads overlap this tile's arithmetic. Asking for a whole tile at once, before the step,
+// overlapped nothing on an AVX2 EPYC (kv_cache_bench: the same time as no prefetch). Prefetches are
+// hints: a run past kMaxRuns is left out, and nothing here changes a result.
 class LinePrefetcher {
  public:
   // A tile of kAttentionKeyTile keys spans at most that many runs of rows
@@ -190,10 +193,12 @@ bool PrepareCodeQuery(const PagedAttentionParams& p, const HeadPass& pass, CodeQ
 // k_rows / v_rows point at the cache rows' codes, k_scales / v_scales hold
 // their scales (kAttentionKeyTile of each; past n any finite value). Needs
 // AVX-512F, BW and VNNI; each head's result (in the order below) is bit-identical whatever the
-// pass's head count and the tile's place in the batch.
+// pass's head count and the tile's place in the batch. next_tile (nullable) as for
+// AttendTileAvx512.
 void AttendCodeTileAvx512Vnni(const PagedAttentionParams& p, HeadPass& pass, const CodeQuery& query,
                               const uint8_t* const* k_rows, const float* k_scales,
-                              const uint8_t* const* v_rows, const float* v_scales, int n);
+                              const uint8_t* const* v_rows, const float* v_scales, int n,
+                              LinePrefetcher* next_tile);
 
 // The same step for int4 and fp4 rows on AVX2 without VNNI
 // (attention_codes_avx2.cc): the same scores, bit for bit; the AVX2 softmax
