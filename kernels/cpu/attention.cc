@@ -778,7 +778,7 @@ void WriteKvCache(const WriteKvParams& p) {
 namespace internal {
 
 float* ThreadScratch(ScratchUse use, int64_t floats) {
-  thread_local std::array<std::vector<float>, 2> buffers;
+  thread_local std::array<std::vector<float>, static_cast<size_t>(ScratchUse::kCount)> buffers;
   std::vector<float>& buffer = buffers[static_cast<size_t>(use)];
   if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
   return buffer.data();

@@ -74,6 +74,7 @@ void AttendTile16Avx512(const PagedAttentionParams& p, HeadPass& pass, const uin
 enum class ScratchUse {
   kDecodedRows,     // a tile's K and V rows decoded to fp32
   kPartitionState,  // a pass's unnormalised partition output
+  kCount,           // not a use: how many there are
 };
 float* ThreadScratch(ScratchUse use, int64_t floats);
 
