@@ -61,6 +61,7 @@ struct ScalarOps {
   static constexpr bool kIntegerCodes = false;      // the integer-code steps need AVX2 at least
   static constexpr bool kTileAsksForLines = false;  // Tile() ignores its LinePrefetcher
   static constexpr bool kRows16InPlace = false;
+  static constexpr bool kFp8RowsInPlace = false;
   static constexpr bool kRowsInPlace = false;
   // s[j] = dot(q, keys[j]) * scale
   static void Scores(const float* q, const float* const* keys, int n, int dim, float scale,
@@ -184,6 +185,7 @@ struct Avx2Ops {
   static constexpr bool kIntegerCodes = true;       // when UsesIntegerCodeAttention
   static constexpr bool kTileAsksForLines = false;  // Tile() ignores its LinePrefetcher
   static constexpr bool kRows16InPlace = false;
+  static constexpr bool kFp8RowsInPlace = false;
   // Rows of every format read in place (attention_avx2.cc) when the head
   // dim is a multiple of 8; the other dims decode rows into an fp32 tile
   // for the per-head functions above.
@@ -215,6 +217,7 @@ struct Avx512Ops {
   static constexpr bool kIntegerCodes = true;      // when UsesIntegerCodeAttention
   static constexpr bool kTileAsksForLines = true;  // every AVX-512 step takes a LinePrefetcher
   static constexpr bool kRows16InPlace = true;     // bf16 / fp16 rows need no decoded tile
+  static constexpr bool kFp8RowsInPlace = true;    // nor do fp8 rows (AttendTileFp8Avx512)
   static constexpr bool kRowsInPlace = false;
   static void DecodeRows(KvDtype dtype, const uint8_t* src, const float* scales, int rows, int dim,
                          float* dst) {
@@ -388,8 +391,11 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
       Ops::kRows16InPlace && (p.kv_dtype == KvDtype::kBfloat16 || p.kv_dtype == KvDtype::kFloat16);
   const uint16_t* k16[kTile];
   const uint16_t* v16[kTile];
+  // fp8 on AVX-512: rows read in place, with their scales (k_rows, v_rows).
+  const bool rows8 = Ops::kFp8RowsInPlace && p.kv_dtype == KvDtype::kFp8E4m3;
+  const bool rows_with_scales = codes || rows_avx2 || rows8;
   // Other packed formats: rows decoded into this thread's scratch tile.
-  const bool packed = p.kv_dtype != KvDtype::kFloat32 && !codes && !rows16 && !rows_avx2;
+  const bool packed = p.kv_dtype != KvDtype::kFloat32 && !rows_with_scales && !rows16;
   const int64_t row_bytes = KvRowBytes(p.kv_dtype, dim);
   const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
   const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
@@ -420,7 +426,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     const int n = std::min(end, tile + kTile) - j0;
     for (int g = 0; g < pass.count; ++g) pass.n[g] = std::min(key_end[g], tile + kTile) - j0;
     cursor.ForEachRun(n, [&](int i, int64_t row, int run) {
-      if (codes || rows_avx2) {
+      if (rows_with_scales) {
         const bool scaled = p.k_scales != nullptr;
         for (int r = 0; r < run; ++r) {
           k_rows[i + r] = k_bytes + (row + r) * row_bytes;
@@ -490,7 +496,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
         }
       });
     }
-    if (codes || rows_avx2) {
+    if (rows_with_scales) {
       std::fill(k_scales + n, k_scales + kTile, 1.0f);  // finite, for the masked lanes
       std::fill(v_scales + n, v_scales + kTile, 1.0f);
     }
@@ -504,6 +510,9 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
       internal::AttendRowTileAvx2(p, pass, k_rows, k_scales, v_rows, v_scales, n, next_lines);
     } else if (rows16) {
       internal::AttendTile16Avx512(p, pass, k16, v16, n, spread_prefetch ? &next_lines : nullptr);
+    } else if (rows8) {
+      internal::AttendTileFp8Avx512(p, pass, k_rows, k_scales, v_rows, v_scales, n,
+                                    spread_prefetch ? &next_lines : nullptr);
     } else {
       Ops::Tile(p, pass, keys, vals, n, spread_prefetch ? &next_lines : nullptr);
     }

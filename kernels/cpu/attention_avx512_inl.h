@@ -21,11 +21,14 @@ constexpr int kTile = kAttentionKeyTile;
 static_assert(kTile == 32, "two 16-key score vectors per tile");
 
 // exp(x) for 16 floats: the same reduction and polynomial as avx2_math.h's
-// Exp256 (so within ~2 ulp of expf); below -87.3, -inf included, gives 0.
+// Exp256 (so within ~2 ulp of expf); below -87.3, -inf included, gives 0;
+// NaN gives NaN.
 inline __m512 Exp512(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-87.3f);
   const __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
+  // NaN stays NaN: max and min return their second operand when either is
+  // NaN, so x goes second.
+  x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(lo, x));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);

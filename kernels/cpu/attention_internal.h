@@ -67,6 +67,17 @@ void AttendTileAvx512(const PagedAttentionParams& p, HeadPass& pass, const float
 void AttendTile16Avx512(const PagedAttentionParams& p, HeadPass& pass, const uint16_t* const* keys,
                         const uint16_t* const* vals, int n, LinePrefetcher* next_tile);
 
+// The same step over fp8 e4m3 rows read in place (k_rows / v_rows point at
+// the codes; k_scales / v_scales hold their scales, kAttentionKeyTile of
+// each, past n any finite value). As the AVX2 row step does, a row's values
+// enter before its scale: the scale multiplies the key's score and the
+// value's weight. Each head's result is bit-identical whatever the pass's
+// head count and the tile's place in the batch.
+void AttendTileFp8Avx512(const PagedAttentionParams& p, HeadPass& pass,
+                         const uint8_t* const* k_rows, const float* k_scales,
+                         const uint8_t* const* v_rows, const float* v_scales, int n,
+                         LinePrefetcher* next_tile);
+
 // The calling thread's fp32 scratch buffers, one per use, each at least
 // `floats` long and valid until the thread's next call for the same use. A
 // pass over a packed format holds both at once (a tile's decoded rows while

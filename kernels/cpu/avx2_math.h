@@ -9,12 +9,15 @@ namespace kvserve::kernels::internal {
 // exp(x) for 8 floats, within ~2 ulp of expf on [-87.3, 88]: Cody-Waite
 // reduction x = n ln2 + r, a degree-6 polynomial for e^r, then 2^n through the
 // exponent bits. Below -87.3 (including -inf) the result is 0; above 88 it is
-// clamped to e^88. Deterministic: a fixed sequence of IEEE operations.
+// clamped to e^88; NaN gives NaN. Deterministic: a fixed sequence of IEEE
+// operations.
 __attribute__((target("avx2,fma"))) inline __m256 Exp256(__m256 x) {
   const __m256 kHi = _mm256_set1_ps(88.0f);
   const __m256 kLo = _mm256_set1_ps(-87.3f);
   const __m256 underflow = _mm256_cmp_ps(x, kLo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, kLo), kHi);
+  // NaN stays NaN: max and min return their second operand when either is
+  // NaN, so x goes second (the clamp is otherwise the same either way).
+  x = _mm256_min_ps(kHi, _mm256_max_ps(kLo, x));
   // n = round(x / ln2); r = x - n ln2 in two parts (ln2 = kLn2Hi + kLn2Lo).
   __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -13,6 +13,8 @@
 
 KVSERVE_TARGET_BEGIN("avx512f")
 
+#include "kernels/cpu/kv_fp8_avx512_inl.h"
+
 namespace kvserve::kernels {
 namespace {
 
@@ -25,18 +27,13 @@ inline __m512i Nibbles16(const uint8_t* src) {
 }
 
 // 16 e4m3fn codes times s, as Fp8E4m3ToFloat(c) * s, for codes known not
-// to be NaN. Moving a code's exponent and mantissa bits under fp16's,
-// (c & 0x7f) << 7, and its sign to bit 15 gives exactly the code's value
-// times 2^-8, subnormals included (fp16's exponent bias is 8 more). With
-// t = c << 7 the sign lands on bit 14, and t + (t & 0x4000) carries it into
-// bit 15. Powers of two commute with the one rounding, so
+// to be NaN: each code's value times 2^-8 in fp16 (kv_fp8_avx512_inl.h),
+// widened, times s * 2^8. Powers of two commute with the one rounding, so
 // (value * 2^-8) * (s * 2^8) rounds as value * s does; s * 2^8 is exact
 // (s <= FLT_MAX / 448).
 inline __m512 Fp8NoNanTimesScale16(const uint8_t* src, __m512 s) {
-  const __m256i t = _mm256_slli_epi16(
-      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))), 7);
-  const __m256i h = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
-  return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_mul_ps(s, _mm512_set1_ps(256.0f)));
+  return _mm512_mul_ps(_mm512_cvtph_ps(internal::Fp8ToHalfTimes2PowMinus8(src)),
+                       _mm512_mul_ps(s, _mm512_set1_ps(256.0f)));
 }
 
 // As above for any codes: 0x7f / 0xff are NaN.
@@ -46,26 +43,6 @@ inline __m512 Fp8TimesScale16(const uint8_t* src, __m512 s) {
   const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(c, _mm512_set1_epi32(0x7f)),
                                                 _mm512_set1_epi32(0x7f));
   return _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
-}
-
-// True when one of the row's `dim` (a multiple of 16) e4m3 codes is NaN:
-// (c & 0x7f) + 1 reaches 0x80 only for c & 0x7f == 0x7f, and never carries
-// into the next byte, so 32-bit adds test four codes each.
-inline bool Fp8RowHasNan(const uint8_t* row, int dim) {
-  int d = 0;
-  __m512i acc = _mm512_setzero_si512();
-  for (; d + 64 <= dim; d += 64) {
-    const __m512i x = _mm512_and_si512(_mm512_loadu_si512(row + d), _mm512_set1_epi32(0x7f7f7f7f));
-    acc = _mm512_or_si512(acc, _mm512_add_epi32(x, _mm512_set1_epi32(0x01010101)));
-  }
-  __m128i tail = _mm_setzero_si128();
-  for (; d < dim; d += 16) {
-    const __m128i x = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d)),
-                                    _mm_set1_epi8(0x7f));
-    tail = _mm_or_si128(tail, _mm_add_epi8(x, _mm_set1_epi8(1)));
-  }
-  return _mm512_test_epi32_mask(acc, _mm512_set1_epi32(static_cast<int>(0x80808080u))) != 0 ||
-         _mm_movemask_epi8(tail) != 0;
 }
 
 // One decoder per format: 16 values of a row from element d, times s for
@@ -115,7 +92,7 @@ inline void DecodeFp8Rows(const uint8_t* src, const float* scales, int rows, int
     const __m512 s = _mm512_set1_ps(scales != nullptr ? scales[r] : 1.0f);
     const uint8_t* row = src + static_cast<int64_t>(r) * dim;
     float* out = dst + static_cast<int64_t>(r) * dim;
-    if (Fp8RowHasNan(row, dim)) {
+    if (internal::Fp8RowHasNan(row, dim)) {
       for (int d = 0; d < dim; d += 16) _mm512_storeu_ps(out + d, Fp8TimesScale16(row + d, s));
     } else {
       for (int d = 0; d < dim; d += 16) _mm512_storeu_ps(out + d, Fp8NoNanTimesScale16(row + d, s));

@@ -284,6 +284,12 @@ class Paged {
     return out;
   }
 
+  // Overwrites code byte `byte` of cache row `row` (K or V), after WriteAll.
+  void SetCode(bool k, int64_t row, int byte, uint8_t code) {
+    auto* base = reinterpret_cast<uint8_t*>(k ? kc_.data() : vc_.data());
+    base[row * KvRowBytes(dt_, c_.dim) + byte] = code;
+  }
+
   // Scores soft-capped (PagedAttentionParams::softcap) from now on.
   void SetSoftcap(float softcap) { softcap_ = softcap; }
 
@@ -453,6 +459,44 @@ TEST(KvQuant16BitAttentionTest, RowsAttendAsTheirFp32Values) {
         }
         const std::vector<float> a = packed.Attend(all, &two), b = wide.Attend(all, &two);
         ASSERT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size()));
+      }
+    }
+  }
+}
+
+// The quantizer never writes an fp8 NaN code (0x7f / 0xff: a row holding
+// NaN gets a NaN scale and zero codes), but a row that holds one decodes to
+// NaN, and attention must not hide it: every head that attends such a key
+// (K row) or value (V row) gets a NaN in its output, the others none, on
+// every ISA path (AVX2 and AVX-512 read fp8 rows in place and test each
+// tile's rows for NaN codes once). Dims 64 and 80 take both widths of the
+// AVX-512 test.
+TEST(KvQuantFp8AttentionTest, NanCodesInStoredRowsReachTheHeadsThatAttendThem) {
+  ThreadPool two(2);
+  constexpr int kNanKey = 40, kNanValue = 70;  // positions; kv heads 0 and 1
+  for (const Case& c : {Case{6, 2, 64, 16, {97}}, Case{6, 2, 80, 8, {97}}}) {
+    for (CpuIsa isa : Isas()) {
+      SCOPED_TRACE(std::string(IsaName(isa)) + " dim " + std::to_string(c.dim));
+      ScopedIsaOverride force(isa);
+      Paged w(KvDtype::kFp8E4m3, c, 31);
+      w.WriteAll();
+      w.SetCode(/*k=*/true, w.row_index(0, kNanKey, 0), c.dim - 3, 0x7f);
+      w.SetCode(/*k=*/false, w.row_index(0, kNanValue, 1), 5, 0xff);
+      std::vector<std::pair<int, int>> all;
+      for (int p = 0; p < c.lens[0]; ++p) all.emplace_back(0, p);
+      const std::vector<float> out = w.Attend(all, &two);
+      const int group = c.heads / c.kv_heads;
+      for (int p = 0; p < c.lens[0]; ++p) {
+        for (int h = 0; h < c.heads; ++h) {
+          const int kv = h / group;
+          const bool attends = (kv == 0 && p >= kNanKey) || (kv == 1 && p >= kNanValue);
+          const float* o = &out[(int64_t{p} * c.heads + h) * c.dim];
+          const bool has_nan = std::any_of(o, o + c.dim, [](float x) { return std::isnan(x); });
+          ASSERT_EQ(has_nan, attends) << "pos " << p << " head " << h;
+          if (!attends) {
+            ASSERT_TRUE(std::all_of(o, o + c.dim, [](float x) { return std::isfinite(x); }));
+          }
+        }
       }
     }
   }
