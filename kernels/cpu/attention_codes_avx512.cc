@@ -134,37 +134,75 @@ void TransposeKeys(const uint8_t* const* k_rows, int n, int pieces, KeyWords* ke
   }
 }
 
-// sum_d u_j[d] * digit[d] for keys 16 half .. 16 half + 15 (lane j), digit
-// the query's int8 digits in the keys' byte order: exact, |sum| <= 256 *
-// 255 * 127 < 2^23; two accumulators so that the chain of vpdpbusd halves.
-inline __m512i CodeDots16(const int8_t* digit, const KeyWords& keys, int half, int pieces) {
-  const auto* q_words = reinterpret_cast<const int32_t*>(digit);
-  __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
-  for (int w = 0; w < 16 * pieces; w += 2) {
-    even = _mm512_dpbusd_epi32(even, _mm512_load_si512(keys.words[w] + 16 * half),
-                               _mm512_set1_epi32(q_words[w]));
-    odd = _mm512_dpbusd_epi32(odd, _mm512_load_si512(keys.words[w + 1] + 16 * half),
-                              _mm512_set1_epi32(q_words[w + 1]));
+// The raw key dots of heads heads[0, kHeads) for keys 16 half .. 16 half +
+// 15 (lane j), each of the query's kDigits int8 digits (digit 0: q, 1:
+// q_low), in the keys' byte order: dots[h][digit] = sum_d u_j[d] *
+// digit[d], exact, |sum| <= 256 * 255 * 127 < 2^23 (so its order does not
+// matter). One sweep over the key words: each word is loaded once for every
+// head and digit, whose kHeads * kDigits chains run side by side.
+template <int kHeads, int kDigits>
+inline void CodeDotsOfHeads16(const CodeQuery& query, const int* heads, const KeyWords& keys,
+                              int half, int pieces, __m512i (*dots)[2]) {
+  const int32_t* q_words[kHeads][kDigits];
+  __m512i acc[kHeads][kDigits];
+  for (int h = 0; h < kHeads; ++h) {
+    for (int digit = 0; digit < kDigits; ++digit) {
+      q_words[h][digit] =
+          reinterpret_cast<const int32_t*>(digit == 0 ? query.q[heads[h]] : query.q_low[heads[h]]);
+      acc[h][digit] = _mm512_setzero_si512();
+    }
   }
-  return _mm512_add_epi32(even, odd);
+  for (int w = 0; w < 16 * pieces; ++w) {
+    const __m512i key_word = _mm512_load_si512(keys.words[w] + 16 * half);
+    for (int h = 0; h < kHeads; ++h) {
+      for (int digit = 0; digit < kDigits; ++digit) {
+        acc[h][digit] =
+            _mm512_dpbusd_epi32(acc[h][digit], key_word, _mm512_set1_epi32(q_words[h][digit][w]));
+      }
+    }
+  }
+  for (int h = 0; h < kHeads; ++h) {
+    for (int digit = 0; digit < kDigits; ++digit) dots[h][digit] = acc[h][digit];
+  }
 }
 
-// Head g's scores of keys 16 half .. 16 half + nk - 1 (nk <= 16); lanes
-// past nk = -inf. The bias comes off as offset; two digits combine as
-// 256 * high + low in int32 (|sum| < 2^31), one rounding to fp32.
-inline __m512 CodeScores16(const CodeQuery& query, int g, const KeyWords& keys, int half, int nk,
-                           int pieces, __m512 k_scales) {
-  __m512i dots = _mm512_sub_epi32(CodeDots16(query.q[g], keys, half, pieces),
-                                  _mm512_set1_epi32(query.offset[g]));
+// CodeDotsOfHeads16 for every head of heads[0, count), up to four at a time.
+template <int kDigits>
+inline void CodeDotsOfAllHeads16(const CodeQuery& query, const int* heads, int count,
+                                 const KeyWords& keys, int half, int pieces, __m512i (*dots)[2]) {
+  for (int a = 0; a < count; a += 4) {
+    switch (std::min(4, count - a)) {
+      case 4:
+        CodeDotsOfHeads16<4, kDigits>(query, heads + a, keys, half, pieces, dots + a);
+        break;
+      case 3:
+        CodeDotsOfHeads16<3, kDigits>(query, heads + a, keys, half, pieces, dots + a);
+        break;
+      case 2:
+        CodeDotsOfHeads16<2, kDigits>(query, heads + a, keys, half, pieces, dots + a);
+        break;
+      default:
+        CodeDotsOfHeads16<1, kDigits>(query, heads + a, keys, half, pieces, dots + a);
+        break;
+    }
+  }
+}
+
+// Head g's scores of keys 16 half .. 16 half + nk - 1 (nk <= 16) from its
+// raw dots (CodeDotsOfHeads16); lanes past nk = -inf. The bias comes off as
+// offset; two digits combine as 256 * high + low in int32 (|sum| < 2^31),
+// one rounding to fp32.
+inline __m512 CodeScores16(const CodeQuery& query, int g, const __m512i* dots, int nk,
+                           __m512 k_scales) {
+  __m512i sum = _mm512_sub_epi32(dots[0], _mm512_set1_epi32(query.offset[g]));
   float scale = query.scale[g];
   if (query.digits == 2) {
-    const __m512i low = _mm512_sub_epi32(CodeDots16(query.q_low[g], keys, half, pieces),
-                                         _mm512_set1_epi32(query.offset_low[g]));
-    dots = _mm512_add_epi32(_mm512_slli_epi32(dots, 8), low);
+    const __m512i low = _mm512_sub_epi32(dots[1], _mm512_set1_epi32(query.offset_low[g]));
+    sum = _mm512_add_epi32(_mm512_slli_epi32(sum, 8), low);
     scale *= 1.0f / 256.0f;
   }
   const __m512 s =
-      _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dots), _mm512_set1_ps(scale)), k_scales);
+      _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(scale)), k_scales);
   const __mmask16 valid = static_cast<__mmask16>((1u << nk) - 1);
   return _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s);
 }
@@ -266,16 +304,28 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
   TileWeights tw;
   int active[kMaxHeadsPerPass], num_active = 0, most_keys = 0;
   for (int g = 0; g < pass.count; ++g) {
-    const int ng = pass.n[g];
-    if (ng <= 0) continue;
+    if (pass.n[g] <= 0) continue;
+    active[num_active++] = g;
+    most_keys = std::max(most_keys, pass.n[g]);
+  }
+  // dots[half][a][digit]: active head a's raw dots (a head that attends 16
+  // keys or fewer does not read half 1's).
+  __m512i dots[2][kMaxHeadsPerPass][2];
+  for (int half = 0; 16 * half < most_keys; ++half) {
+    if (query.digits == 2) {
+      CodeDotsOfAllHeads16<2>(query, active, num_active, keys, half, pieces, dots[half]);
+    } else {
+      CodeDotsOfAllHeads16<1>(query, active, num_active, keys, half, pieces, dots[half]);
+    }
+  }
+  for (int a = 0; a < num_active; ++a) {
+    const int g = active[a], ng = pass.n[g];
     if (next_tile != nullptr) next_tile->Issue(next_tile->LinesPerStep(1, pass.count));
-    const __m512 s0 = CodeScores16(query, g, keys, 0, std::min(ng, 16), pieces, ks0);
-    const __m512 s1 = ng > 16 ? CodeScores16(query, g, keys, 1, ng - 16, pieces, ks1)
+    const __m512 s0 = CodeScores16(query, g, dots[0][a], std::min(ng, 16), ks0);
+    const __m512 s1 = ng > 16 ? CodeScores16(query, g, dots[1][a], ng - 16, ks1)
                               : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     SoftmaxStep(p, pass, g, ng, s0, s1, w, &corr[g]);
     RoundWeights(w, vs0, vs1, g, &tw);  // weights past ng are 0
-    active[num_active++] = g;
-    most_keys = std::max(most_keys, ng);
   }
   if (next_tile != nullptr) next_tile->IssueRest();
   // The heads four at a time; a head's weights past its own key count are
