@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -426,6 +427,59 @@ TEST(WriteKvCacheTest, LayoutAndSkippedSlots) {
       EXPECT_EQ(kc[((2 * kvh + h) * bs + 1) * dim + d], k[h * dim + d]);
       EXPECT_EQ(vc[((2 * kvh + h) * bs + 1) * dim + d], v[h * dim + d]);
       EXPECT_EQ(kc[((0 * kvh + h) * bs + 3) * dim + d], k[2 * stride + h * dim + d]);
+    }
+  }
+}
+
+// QuantizeQueryInt8's vector path (AVX2 and up) gives the scalar path's
+// digits and scale bit for bit: dims with and without a tail of fewer than
+// 8, values that land exactly halfway between two digits (ties to even),
+// and a q holding an infinity or a NaN (scale NaN) at any position.
+TEST(QuantizeQueryInt8Test, VectorDigitsAreTheScalarOnes) {
+  if (DetectedIsa() < CpuIsa::kAvx2) GTEST_SKIP() << "no vector path on this CPU";
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  auto quantize = [](CpuIsa isa, const std::vector<float>& q, bool two) {
+    ScopedIsaOverride force(isa);
+    std::vector<int8_t> q8(q.size(), 99), low(q.size(), 99);
+    const float scale = QuantizeQueryInt8(q.data(), static_cast<int>(q.size()), q8.data(),
+                                          two ? low.data() : nullptr);
+    return std::make_tuple(scale, q8, low);
+  };
+  for (int dim : {8, 13, 64, 80, 127, 256}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> q(dim);
+      for (float& x : q) x = u(rng);
+      if (trial % 4 == 1) {
+        // max|q| = 127 makes inv 1: halves of odd and even integers are ties.
+        q[0] = 127.0f;
+        for (int d = 1; d < dim; ++d) q[d] = std::floor(u(rng) * 40.0f) + 0.5f;
+      }
+      if (trial % 4 == 2) {
+        // Low digits at their ties: x - high = k / 256 + 1/512.
+        q[0] = -127.0f;
+        for (int d = 1; d < dim; ++d) q[d] = 3.0f + (std::floor(u(rng) * 40.0f) + 0.5f) / 256.0f;
+      }
+      if (trial % 4 == 3) {
+        q[rng() % dim] = trial % 8 == 3 ? std::numeric_limits<float>::infinity() : std::nanf("");
+      }
+      for (bool two : {false, true}) {
+        SCOPED_TRACE("dim " + std::to_string(dim) + " trial " + std::to_string(trial) +
+                     (two ? " two digits" : " one digit"));
+        const auto [scale, q8, low] = quantize(CpuIsa::kScalar, q, two);
+        for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+          if (DetectedIsa() < isa) continue;
+          const auto [vscale, vq8, vlow] = quantize(isa, q, two);
+          if (std::isnan(scale)) {
+            EXPECT_TRUE(std::isnan(vscale)) << IsaName(isa);
+            EXPECT_EQ(trial % 4, 3);
+            continue;  // the digits are unspecified
+          }
+          EXPECT_EQ(scale, vscale) << IsaName(isa);
+          EXPECT_EQ(q8, vq8) << IsaName(isa);
+          EXPECT_EQ(low, vlow) << IsaName(isa);
+        }
+      }
     }
   }
 }
