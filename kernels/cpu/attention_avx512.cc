@@ -151,13 +151,9 @@ void AttendTileFp8Avx512(const PagedAttentionParams& p, HeadPass& pass,
     ks[j] = k_scales[j] * 256.0f;
     vs[j] = v_scales[j] * 256.0f;
   }
-  if (Fp8RowsHaveNan(k_rows, n, dim)) {
+  if (Fp8RowPairsHaveNan(k_rows, v_rows, n, dim)) {
     for (int j = 0; j < n; ++j) {
       if (Fp8RowHasNan(k_rows[j], dim)) ks[j] = std::numeric_limits<float>::quiet_NaN();
-    }
-  }
-  if (Fp8RowsHaveNan(v_rows, n, dim)) {
-    for (int j = 0; j < n; ++j) {
       if (Fp8RowHasNan(v_rows[j], dim)) vs[j] = std::numeric_limits<float>::quiet_NaN();
     }
   }
