@@ -266,13 +266,18 @@ struct KeyCursor {
   const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
   const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
   lines->Clear();
+  // The scales first: the walk reads them as soon as the next tile starts,
+  // before the step reads its rows.
+  if (p.k_scales != nullptr) {
+    KeyCursor scales = ahead;
+    scales.ForEachRun(n, [&](int, int64_t row, int run) {
+      lines->Add(p.k_scales + row, run * int64_t{sizeof(float)});
+      lines->Add(p.v_scales + row, run * int64_t{sizeof(float)});
+    });
+  }
   ahead.ForEachRun(n, [&](int, int64_t row, int run) {
     lines->Add(k_bytes + row * row_bytes, run * row_bytes);
     lines->Add(v_bytes + row * row_bytes, run * row_bytes);
-    if (p.k_scales != nullptr) {
-      lines->Add(p.k_scales + row, run * int64_t{sizeof(float)});
-      lines->Add(p.v_scales + row, run * int64_t{sizeof(float)});
-    }
   });
 }
 
