@@ -79,11 +79,15 @@ struct PagedAttentionParams {
 // pass too, up to 16 heads; a head's operations are those of a pass of its
 // token alone, whatever it shares.
 //
-// Other formats than fp32: each key tile's rows are decoded into a
-// per-thread fp32 tile (2 x 32 rows) and attended as fp32 rows are; a row
-// decodes the same wherever it is read, so the invariance above holds. On
-// AVX-512, bf16 and fp16 rows are read in place instead, each value widened
-// in registers exactly as the decoder would: the same results, bit for bit.
+// Other formats than fp32 (scalar path): each key tile's rows are decoded
+// into a per-thread fp32 tile (2 x 32 rows) and attended as fp32 rows are;
+// a row decodes the same wherever it is read, so the invariance above
+// holds. On AVX-512, bf16 and fp16 rows are read in place instead, each
+// value widened in registers exactly as the decoder would: the same
+// results, bit for bit. fp8 rows on AVX-512, and every format on AVX2 (head
+// dim a multiple of 8; int4 and fp4 as integer codes, below), are read in
+// place too, a row's values widened exactly before its scale, which
+// multiplies the key's score and the value's weight instead of each value.
 //
 // Integer codes (int8, int4, fp4 e2m1 with AVX-512 VNNI; int4 and fp4 on
 // AVX2; head_dim a multiple of 64 up to 256: UsesIntegerCodeAttention): no
