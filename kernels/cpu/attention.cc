@@ -677,7 +677,17 @@ bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim) {
 
 namespace {
 
-// QuantizeQueryInt8's rounding of d .. d + 7: x = q * inv, the high digit
+// QuantizeQueryInt8's largest |q[d]| over [begin, end), from max_abs; NaN
+// when a value is not finite.
+inline float MaxAbsOrNanScalar(const float* q, int begin, int end, float max_abs) {
+  for (int d = begin; d < end; ++d) {
+    if (!std::isfinite(q[d])) return std::numeric_limits<float>::quiet_NaN();
+    max_abs = std::max(max_abs, std::fabs(q[d]));
+  }
+  return max_abs;
+}
+
+// QuantizeQueryInt8's rounding of [begin, end): x = q * inv, the high digit
 // nearbyint(x), the low one nearbyint((x - high) * 256) clamped to +-127.
 inline void QuantizeQueryDigitsScalar(const float* q, int begin, int end, float inv, int8_t* q8,
                                       int8_t* q8_low) {
@@ -738,12 +748,8 @@ __attribute__((target("avx2"))) float MaxAbsOrNanAvx2(const float* q, int dim) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  float max_abs = _mm_cvtss_f32(m);
-  for (; d < dim; ++d) {
-    if (!std::isfinite(q[d])) return std::numeric_limits<float>::quiet_NaN();
-    max_abs = std::max(max_abs, std::fabs(q[d]));
-  }
-  return not_finite != 0 ? std::numeric_limits<float>::quiet_NaN() : max_abs;
+  if (not_finite != 0) return std::numeric_limits<float>::quiet_NaN();
+  return MaxAbsOrNanScalar(q, d, dim, _mm_cvtss_f32(m));
 }
 
 }  // namespace
@@ -752,16 +758,8 @@ float QuantizeQueryInt8(const float* q, int dim, int8_t* q8, int8_t* q8_low) {
   // Vectorized on AVX2 (bit-identical): a decode pass quantizes its heads'
   // q once per pass, which at short contexts was a fifth of an int8 pass.
   const bool avx2 = ActiveIsa() >= CpuIsa::kAvx2;
-  float max_abs = 0.0f;
-  if (avx2) {
-    max_abs = MaxAbsOrNanAvx2(q, dim);
-    if (std::isnan(max_abs)) return max_abs;
-  } else {
-    for (int d = 0; d < dim; ++d) {
-      if (!std::isfinite(q[d])) return std::numeric_limits<float>::quiet_NaN();
-      max_abs = std::max(max_abs, std::fabs(q[d]));
-    }
-  }
+  const float max_abs = avx2 ? MaxAbsOrNanAvx2(q, dim) : MaxAbsOrNanScalar(q, 0, dim, 0.0f);
+  if (std::isnan(max_abs)) return max_abs;
   const float inv = max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
   const int done = avx2 ? QuantizeQueryDigitsAvx2(q, dim, inv, q8, q8_low) : 0;
   QuantizeQueryDigitsScalar(q, done, dim, inv, q8, q8_low);

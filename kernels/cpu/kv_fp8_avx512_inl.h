@@ -24,7 +24,7 @@ inline __m256i Fp8ToHalfTimes2PowMinus8(const uint8_t* src) {
 }
 
 // True when one of the `dim` (a multiple of 16) e4m3 codes of rows a[0, n)
-// or b[0, n) is NaN: (c & 0x7f) + 1 reaches 0x80 only for c & 0x7f ==
+// or (b not null) b[0, n) is NaN: (c & 0x7f) + 1 reaches 0x80 only for c & 0x7f ==
 // 0x7f, and never carries into the next byte, so 32-bit adds test four
 // codes each. One loop and one branch for all the rows (a tile's keys and
 // values): NaN codes are rare (the quantizer writes none).
@@ -37,16 +37,21 @@ inline bool Fp8RowPairsHaveNan(const uint8_t* const* a, const uint8_t* const* b,
     int d = 0;
     for (; d + 64 <= dim; d += 64) {
       const __m512i x = _mm512_and_si512(_mm512_loadu_si512(a[j] + d), low7);
-      const __m512i y = _mm512_and_si512(_mm512_loadu_si512(b[j] + d), low7);
-      acc =
-          _mm512_or_si512(acc, _mm512_or_si512(_mm512_add_epi32(x, one), _mm512_add_epi32(y, one)));
+      acc = _mm512_or_si512(acc, _mm512_add_epi32(x, one));
+      if (b != nullptr) {
+        const __m512i y = _mm512_and_si512(_mm512_loadu_si512(b[j] + d), low7);
+        acc = _mm512_or_si512(acc, _mm512_add_epi32(y, one));
+      }
     }
     for (; d < dim; d += 16) {
       const __m128i x =
           _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[j] + d)), low7_16);
-      const __m128i y =
-          _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[j] + d)), low7_16);
-      tail = _mm_or_si128(tail, _mm_or_si128(_mm_add_epi8(x, one_16), _mm_add_epi8(y, one_16)));
+      tail = _mm_or_si128(tail, _mm_add_epi8(x, one_16));
+      if (b != nullptr) {
+        const __m128i y =
+            _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[j] + d)), low7_16);
+        tail = _mm_or_si128(tail, _mm_add_epi8(y, one_16));
+      }
     }
   }
   return _mm512_test_epi32_mask(acc, _mm512_set1_epi32(static_cast<int>(0x80808080u))) != 0 ||
@@ -54,7 +59,7 @@ inline bool Fp8RowPairsHaveNan(const uint8_t* const* a, const uint8_t* const* b,
 }
 
 inline bool Fp8RowHasNan(const uint8_t* row, int dim) {
-  return Fp8RowPairsHaveNan(&row, &row, 1, dim);
+  return Fp8RowPairsHaveNan(&row, nullptr, 1, dim);
 }
 
 }  // namespace
