@@ -80,17 +80,29 @@ void AttendTile(const PagedAttentionParams& p, HeadPass& pass, const KRow* const
   const int vecs = p.head_dim / 16;
   alignas(64) float w[kMaxHeadsPerPass][kTile];
   float corr[kMaxHeadsPerPass];
+  int active[kMaxHeadsPerPass], num_active = 0;
   for (int g = 0; g < pass.count; ++g) {
-    const int ng = pass.n[g];
-    if (ng <= 0) continue;
-    if (next_tile != nullptr) next_tile->Issue(next_tile->LinesPerStep(1, pass.count));
-    __m512 s0 = Scores16<KRow, KLoad>(pass.q[g], keys, std::min(ng, 16), vecs, p.scale, ks);
-    __m512 s1 = ng > 16 ? Scores16<KRow, KLoad>(pass.q[g], keys + 16, ng - 16, vecs, p.scale,
+    if (pass.n[g] > 0) active[num_active++] = g;
+  }
+  // The softmax steps four heads at a time (SoftmaxStep4).
+  for (int a0 = 0; a0 < num_active; a0 += 4) {
+    const int count = std::min(4, num_active - a0);
+    __m512 s[4][2];
+    float* w_rows[4];
+    for (int i = 0; i < count; ++i) {
+      const int g = active[a0 + i], ng = pass.n[g];
+      if (next_tile != nullptr) next_tile->Issue(next_tile->LinesPerStep(1, pass.count));
+      s[i][0] = Scores16<KRow, KLoad>(pass.q[g], keys, std::min(ng, 16), vecs, p.scale, ks);
+      s[i][1] = ng > 16 ? Scores16<KRow, KLoad>(pass.q[g], keys + 16, ng - 16, vecs, p.scale,
                                                 ks != nullptr ? ks + 16 : nullptr)
                         : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    SoftmaxStep(p, pass, g, ng, s0, s1, w[g], &corr[g]);
-    if (vs != nullptr) {  // the weights of keys past ng stay 0
-      const __mmask32 valid = static_cast<__mmask32>((uint64_t{1} << ng) - 1);
+      w_rows[i] = w[g];
+    }
+    SoftmaxStep4(p, pass, active + a0, count, s, w_rows, corr);
+    if (vs == nullptr) continue;
+    for (int i = 0; i < count; ++i) {  // the weights of keys past ng stay 0
+      const int g = active[a0 + i];
+      const __mmask32 valid = static_cast<__mmask32>((uint64_t{1} << pass.n[g]) - 1);
       for (int half = 0; half < 2; ++half) {
         float* wh = w[g] + 16 * half;
         _mm512_store_ps(wh,

@@ -68,40 +68,91 @@ inline __m512 Sum16Each(const __m512* a) {
                        _mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Sum of 16 lanes in a fixed order (halves, then quarters, ...).
-inline float SumLanes(__m512 v) {
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+// Lane i (i < 4) of the result = the reduction by Op of a[i]'s 16 lanes,
+// four vectors side by side. Each vector's lanes meet in the same tree,
+// whichever vectors share the call: halves (lane i with lane i + 8), then
+// quarters (i with i + 4), then i with i + 2, then i with i + 1. For a sum
+// that is the order a head's weights have always been added in.
+template <__m512 (*Op)(__m512, __m512)>
+inline __m128 ReduceEach4(const __m512* a) {
+  // Lanes 0..7: a[0]'s halves met, 8..15: a[1]'s (and a[2], a[3] in y).
+  const __m512 x = Op(_mm512_shuffle_f32x4(a[0], a[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_f32x4(a[0], a[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 y = Op(_mm512_shuffle_f32x4(a[2], a[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_f32x4(a[2], a[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Quarter i: a[i]'s quarters met.
+  __m512 z = Op(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+  z = Op(z, _mm512_shuffle_ps(z, z, _MM_SHUFFLE(3, 2, 3, 2)));
+  z = Op(z, _mm512_movehdup_ps(z));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), z));
 }
 
-// The online-softmax step of head g over a tile's n keys' scores s0 (keys
-// 0..15) and s1 (16..31), lanes past n -inf (and left so): softcap, running max m,
-// correction exp(m_old - m) into *corr, weights exp(s - m) into w[0, 32),
-// running sum l.
-inline void SoftmaxStep(const PagedAttentionParams& p, HeadPass& pass, int g, int n, __m512 s0,
-                        __m512 s1, float* w, float* corr) {
+inline __m512 Add512(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+inline __m512 Max512(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+
+// The online-softmax step of up to four heads of the pass, heads[0, count),
+// over a tile: head i's scores s[i][0] (keys 0..15) and s[i][1] (16..31),
+// lanes past its key count -inf (and left so). Per head: softcap, running
+// max m, correction exp(m_old - m) into corr[heads[i]], weights exp(s - m)
+// into w[i][0, 32), running sum l. The heads' scalar steps (maxima, sums,
+// the correction's exp) run side by side in the lanes of one vector; every
+// lane does what one head alone would, so a head's bits do not depend on
+// the heads beside it (batch and chunk invariance).
+inline void SoftmaxStep4(const PagedAttentionParams& p, HeadPass& pass, const int* heads, int count,
+                         __m512 (*s)[2], float* const* w, float* corr) {
+  if (count < 1) return;
   if (p.softcap > 0.0f) {
     // As the other paths: per key, softcap * tanh(s / softcap).
-    _mm512_store_ps(w, s0);
-    _mm512_store_ps(w + 16, s1);
-    for (int j = 0; j < n; ++j) w[j] = std::tanh(w[j] / p.softcap) * p.softcap;
-    s0 = _mm512_load_ps(w);
-    s1 = _mm512_load_ps(w + 16);
+    for (int i = 0; i < count; ++i) {
+      float* wi = w[i];
+      _mm512_store_ps(wi, s[i][0]);
+      _mm512_store_ps(wi + 16, s[i][1]);
+      for (int j = 0; j < pass.n[heads[i]]; ++j) wi[j] = std::tanh(wi[j] / p.softcap) * p.softcap;
+      s[i][0] = _mm512_load_ps(wi);
+      s[i][1] = _mm512_load_ps(wi + 16);
+    }
+  }
+  // Slots past count repeat head 0; their lanes are computed and dropped.
+  alignas(16) float m_old[4], l_old[4];
+  __m512 tile_max[4];
+  for (int i = 0; i < count; ++i) {
+    m_old[i] = pass.m[heads[i]];
+    l_old[i] = pass.l[heads[i]];
+    tile_max[i] = _mm512_max_ps(s[i][0], s[i][1]);
+  }
+  for (int i = count; i < 4; ++i) {
+    m_old[i] = m_old[0];
+    l_old[i] = l_old[0];
+    tile_max[i] = tile_max[0];
   }
   // The max is exact in any order; -inf lanes never win over a real key.
-  const float new_m = std::max(pass.m[g], _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)));
-  *corr = _mm512_cvtss_f32(Exp512(_mm512_set1_ps(pass.m[g] - new_m)));
-  pass.m[g] = new_m;
-  const __m512 vm = _mm512_set1_ps(new_m);
-  const __m512 e0 = Exp512(_mm512_sub_ps(s0, vm));
-  const __m512 e1 = Exp512(_mm512_sub_ps(s1, vm));
-  _mm512_store_ps(w, e0);
-  _mm512_store_ps(w + 16, e1);
-  pass.l[g] = pass.l[g] * *corr + SumLanes(_mm512_add_ps(e0, e1));
+  // max_ps(t, m) keeps m unless t > m, as std::max(m, t) does.
+  const __m128 vm_old = _mm_load_ps(m_old);
+  const __m128 new_m = _mm_max_ps(ReduceEach4<Max512>(tile_max), vm_old);
+  const __m128 vcorr =
+      _mm512_castps512_ps128(Exp512(_mm512_zextps128_ps512(_mm_sub_ps(vm_old, new_m))));
+  alignas(16) float m_new[4];
+  _mm_store_ps(m_new, new_m);
+  __m512 e[4];
+  for (int i = 0; i < count; ++i) {
+    const __m512 vm = _mm512_set1_ps(m_new[i]);
+    const __m512 e0 = Exp512(_mm512_sub_ps(s[i][0], vm));
+    const __m512 e1 = Exp512(_mm512_sub_ps(s[i][1], vm));
+    _mm512_store_ps(w[i], e0);
+    _mm512_store_ps(w[i] + 16, e1);
+    e[i] = _mm512_add_ps(e0, e1);
+  }
+  for (int i = count; i < 4; ++i) e[i] = e[0];
+  alignas(16) float l_new[4], c[4];
+  _mm_store_ps(l_new, _mm_add_ps(_mm_mul_ps(_mm_load_ps(l_old), vcorr), ReduceEach4<Add512>(e)));
+  _mm_store_ps(c, vcorr);
+  for (int i = 0; i < count; ++i) {
+    pass.m[heads[i]] = m_new[i];
+    pass.l[heads[i]] = l_new[i];
+    corr[heads[i]] = c[i];
+  }
 }
 
 // out[h][d, d + 16 kVecs) = out * corr[h] + sum_j w[h][j] * v_j, for kHeads

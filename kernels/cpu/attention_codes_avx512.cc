@@ -299,7 +299,7 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
   const __m512 unit = _mm512_set1_ps(Codes::kValueUnit);
   const __m512 vs0 = _mm512_mul_ps(_mm512_loadu_ps(v_scales), unit);
   const __m512 vs1 = _mm512_mul_ps(_mm512_loadu_ps(v_scales + 16), unit);
-  alignas(64) float w[kTile];
+  alignas(64) float w[4][kTile];
   float corr[kMaxHeadsPerPass];
   TileWeights tw;
   int active[kMaxHeadsPerPass], num_active = 0, most_keys = 0;
@@ -318,14 +318,23 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
       CodeDotsOfAllHeads16<1>(query, active, num_active, keys, half, pieces, dots[half]);
     }
   }
-  for (int a = 0; a < num_active; ++a) {
-    const int g = active[a], ng = pass.n[g];
-    if (next_tile != nullptr) next_tile->Issue(next_tile->LinesPerStep(1, pass.count));
-    const __m512 s0 = CodeScores16(query, g, dots[0][a], std::min(ng, 16), ks0);
-    const __m512 s1 = ng > 16 ? CodeScores16(query, g, dots[1][a], ng - 16, ks1)
-                              : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    SoftmaxStep(p, pass, g, ng, s0, s1, w, &corr[g]);
-    RoundWeights(w, vs0, vs1, g, &tw);  // weights past ng are 0
+  // The softmax steps four heads at a time (SoftmaxStep4).
+  for (int a0 = 0; a0 < num_active; a0 += 4) {
+    const int count = std::min(4, num_active - a0);
+    __m512 s[4][2];
+    float* w_rows[4];
+    for (int i = 0; i < count; ++i) {
+      const int a = a0 + i, g = active[a], ng = pass.n[g];
+      if (next_tile != nullptr) next_tile->Issue(next_tile->LinesPerStep(1, pass.count));
+      s[i][0] = CodeScores16(query, g, dots[0][a], std::min(ng, 16), ks0);
+      s[i][1] = ng > 16 ? CodeScores16(query, g, dots[1][a], ng - 16, ks1)
+                        : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+      w_rows[i] = w[i];
+    }
+    SoftmaxStep4(p, pass, active + a0, count, s, w_rows, corr);
+    for (int i = 0; i < count; ++i) {
+      RoundWeights(w[i], vs0, vs1, active[a0 + i], &tw);  // weights past ng are 0
+    }
   }
   if (next_tile != nullptr) next_tile->IssueRest();
   // The heads four at a time; a head's weights past its own key count are
