@@ -72,7 +72,8 @@ inline __m512 Sum16Each(const __m512* a) {
 // four vectors side by side. Each vector's lanes meet in the same tree,
 // whichever vectors share the call: halves (lane i with lane i + 8), then
 // quarters (i with i + 4), then i with i + 2, then i with i + 1. For a sum
-// that is the order a head's weights have always been added in.
+// that order is part of the result's bits (the paths before this one summed
+// a head's weights in it too): keep it.
 template <__m512 (*Op)(__m512, __m512)>
 inline __m128 ReduceEach4(const __m512* a) {
   // Lanes 0..7: a[0]'s halves met, 8..15: a[1]'s (and a[2], a[3] in y).
@@ -102,6 +103,8 @@ inline __m512 Max512(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
 // the heads beside it (batch and chunk invariance).
 inline void SoftmaxStep4(const PagedAttentionParams& p, HeadPass& pass, const int* heads, int count,
                          __m512 (*s)[2], float* const* w, float* corr) {
+  // Callers pass 1..4 heads. (The check also shows GCC 12 that slot 0 is
+  // set below, which silences a false -Wuninitialized in the intrinsics.)
   if (count < 1) return;
   if (p.softcap > 0.0f) {
     // As the other paths: per key, softcap * tanh(s / softcap).
