@@ -84,33 +84,28 @@ void AttendTile(const PagedAttentionParams& p, HeadPass& pass, const KRow* const
   for (int g = 0; g < pass.count; ++g) {
     if (pass.n[g] > 0) active[num_active++] = g;
   }
-  // The softmax steps four heads at a time (SoftmaxStep4).
-  for (int a0 = 0; a0 < num_active; a0 += 4) {
-    const int count = std::min(4, num_active - a0);
-    __m512 s[4][2];
-    float* w_rows[4];
-    for (int i = 0; i < count; ++i) {
-      const int g = active[a0 + i], ng = pass.n[g];
-      if (next_tile != nullptr) next_tile->Issue(next_tile->LinesPerStep(1, pass.count));
-      s[i][0] = Scores16<KRow, KLoad>(pass.q[g], keys, std::min(ng, 16), vecs, p.scale, ks);
-      s[i][1] = ng > 16 ? Scores16<KRow, KLoad>(pass.q[g], keys + 16, ng - 16, vecs, p.scale,
-                                                ks != nullptr ? ks + 16 : nullptr)
-                        : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-      w_rows[i] = w[g];
-    }
-    SoftmaxStep4(p, pass, active + a0, count, s, w_rows, corr);
-    if (vs == nullptr) continue;
+  const auto score = [&](int a, __m512* s) {
+    const int g = active[a], ng = pass.n[g];
+    s[0] = Scores16<KRow, KLoad>(pass.q[g], keys, std::min(ng, 16), vecs, p.scale, ks);
+    s[1] = ng > 16 ? Scores16<KRow, KLoad>(pass.q[g], keys + 16, ng - 16, vecs, p.scale,
+                                           ks != nullptr ? ks + 16 : nullptr)
+                   : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  };
+  const auto scale_by_values = [&](const int* heads, int count, float* const* rows) {
+    if (vs == nullptr) return;
     for (int i = 0; i < count; ++i) {  // the weights of keys past ng stay 0
-      const int g = active[a0 + i];
-      const __mmask32 valid = static_cast<__mmask32>((uint64_t{1} << pass.n[g]) - 1);
+      const __mmask32 valid = static_cast<__mmask32>((uint64_t{1} << pass.n[heads[i]]) - 1);
       for (int half = 0; half < 2; ++half) {
-        float* wh = w[g] + 16 * half;
+        float* wh = rows[i] + 16 * half;
         _mm512_store_ps(wh,
                         _mm512_maskz_mul_ps(static_cast<__mmask16>(valid >> (16 * half)),
                                             _mm512_load_ps(wh), _mm512_loadu_ps(vs + 16 * half)));
       }
     }
-  }
+  };
+  SoftmaxOfActiveHeads(
+      p, pass, active, num_active, next_tile, corr, score, [&](int, int g) { return w[g]; },
+      scale_by_values);
   if (next_tile != nullptr) next_tile->IssueRest();
   AccumulatePass<VRow, VLoad>(pass, corr, w, vals, vecs);
 }

@@ -158,6 +158,30 @@ inline void SoftmaxStep4(const PagedAttentionParams& p, HeadPass& pass, const in
   }
 }
 
+// The softmax steps of a tile for the heads active[0, num_active) of the
+// pass (those attending some of its keys), four at a time: score(a, s)
+// fills active head a's two score vectors (a share of next_tile's lines,
+// if any, is asked for before each head's), SoftmaxStep4 writes head g's
+// weights at weights_of(i, g) (i: its place in the group), then
+// weighed(heads, count, rows) sees each group's weight rows.
+template <class Score, class WeightsOf, class Weighed>
+inline void SoftmaxOfActiveHeads(const PagedAttentionParams& p, HeadPass& pass, const int* active,
+                                 int num_active, LinePrefetcher* next_tile, float* corr,
+                                 Score score, WeightsOf weights_of, Weighed weighed) {
+  for (int a0 = 0; a0 < num_active; a0 += 4) {
+    const int count = std::min(4, num_active - a0);
+    __m512 s[4][2];
+    float* rows[4];
+    for (int i = 0; i < count; ++i) {
+      if (next_tile != nullptr) next_tile->Issue(next_tile->LinesPerStep(1, pass.count));
+      score(a0 + i, s[i]);
+      rows[i] = weights_of(i, active[a0 + i]);
+    }
+    SoftmaxStep4(p, pass, active + a0, count, s, rows, corr);
+    weighed(active + a0, count, rows);
+  }
+}
+
 // out[h][d, d + 16 kVecs) = out * corr[h] + sum_j w[h][j] * v_j, for kHeads
 // heads, v_j's 16-value pieces given by Load(vals[j], d'); every (head,
 // column vector) is one chain of n FMAs.

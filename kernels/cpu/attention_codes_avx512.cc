@@ -318,24 +318,20 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
       CodeDotsOfAllHeads16<1>(query, active, num_active, keys, half, pieces, dots[half]);
     }
   }
-  // The softmax steps four heads at a time (SoftmaxStep4).
-  for (int a0 = 0; a0 < num_active; a0 += 4) {
-    const int count = std::min(4, num_active - a0);
-    __m512 s[4][2];
-    float* w_rows[4];
+  const auto score = [&](int a, __m512* s) {
+    const int g = active[a], ng = pass.n[g];
+    s[0] = CodeScores16(query, g, dots[0][a], std::min(ng, 16), ks0);
+    s[1] = ng > 16 ? CodeScores16(query, g, dots[1][a], ng - 16, ks1)
+                   : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  };
+  const auto round_weights = [&](const int* heads, int count, float* const* rows) {
     for (int i = 0; i < count; ++i) {
-      const int a = a0 + i, g = active[a], ng = pass.n[g];
-      if (next_tile != nullptr) next_tile->Issue(next_tile->LinesPerStep(1, pass.count));
-      s[i][0] = CodeScores16(query, g, dots[0][a], std::min(ng, 16), ks0);
-      s[i][1] = ng > 16 ? CodeScores16(query, g, dots[1][a], ng - 16, ks1)
-                        : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-      w_rows[i] = w[i];
+      RoundWeights(rows[i], vs0, vs1, heads[i], &tw);  // weights past ng are 0
     }
-    SoftmaxStep4(p, pass, active + a0, count, s, w_rows, corr);
-    for (int i = 0; i < count; ++i) {
-      RoundWeights(w[i], vs0, vs1, active[a0 + i], &tw);  // weights past ng are 0
-    }
-  }
+  };
+  SoftmaxOfActiveHeads(
+      p, pass, active, num_active, next_tile, corr, score, [&](int i, int) { return w[i]; },
+      round_weights);
   if (next_tile != nullptr) next_tile->IssueRest();
   // The heads four at a time; a head's weights past its own key count are
   // 0, so sharing a block with heads that attend more keys adds exact zeros.
