@@ -398,6 +398,7 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   const uint16_t* v16[kTile];
   // fp8 on AVX-512: rows read in place, with their scales (k_rows, v_rows).
   const bool rows8 = Ops::kFp8RowsInPlace && p.kv_dtype == KvDtype::kFp8E4m3;
+  const bool rows8_bf16 = rows8 && UsesBf16DotFp8Attention(p.kv_dtype, dim);
   const bool rows_with_scales = codes || rows_avx2 || rows8;
   // Other packed formats: rows decoded into this thread's scratch tile.
   const bool packed = p.kv_dtype != KvDtype::kFloat32 && !rows_with_scales && !rows16;
@@ -515,6 +516,9 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
       internal::AttendRowTileAvx2(p, pass, k_rows, k_scales, v_rows, v_scales, n, next_lines);
     } else if (rows16) {
       internal::AttendTile16Avx512(p, pass, k16, v16, n, spread_prefetch ? &next_lines : nullptr);
+    } else if (rows8_bf16) {
+      internal::AttendTileFp8Bf16Avx512(p, pass, k_rows, k_scales, v_rows, v_scales, n,
+                                        spread_prefetch ? &next_lines : nullptr);
     } else if (rows8) {
       internal::AttendTileFp8Avx512(p, pass, k_rows, k_scales, v_rows, v_scales, n,
                                     spread_prefetch ? &next_lines : nullptr);
@@ -673,6 +677,11 @@ bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim) {
   // AVX2 (or AVX-512 without VNNI): the 4-bit formats (attention_codes_avx2.cc
   // says why not int8).
   return ActiveIsa() >= CpuIsa::kAvx2 && dtype != KvDtype::kInt8;
+}
+
+bool UsesBf16DotFp8Attention(KvDtype dtype, int head_dim) {
+  return dtype == KvDtype::kFp8E4m3 && head_dim > 0 && head_dim % 32 == 0 && head_dim <= 256 &&
+         ActiveIsa() >= CpuIsa::kAvx512 && HasAvx512Bw() && HasAvx512Vbmi() && HasAvx512Bf16();
 }
 
 namespace {

@@ -111,6 +111,15 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool);
 // int8 rows measured slower than their fp32 one).
 bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim);
 
+// True when PagedAttention reads fp8 e4m3 rows of `head_dim` with bf16 dot
+// products on ActiveIsa(): AVX-512 with BW, VBMI and BF16, head_dim a
+// multiple of 32 up to 256. The rows are decoded exactly (every e4m3 value
+// is a bf16 value); q and each softmax weight times its V row's scale are
+// rounded to bf16 (to nearest even), 2^-8 of each at most against e4m3's
+// own 2^-4. Both roundings depend on one (token, head) and one tile, so the
+// invariance above holds.
+bool UsesBf16DotFp8Attention(KvDtype dtype, int head_dim);
+
 // The query rounding of that path, in fp32: x = q[d] * (127 / max|q|),
 // q8[d] = x rounded to nearest even; with q8_low, also
 // q8_low[d] = (x - q8[d]) * 256 rounded likewise, clamped to [-127, 127],

@@ -70,6 +70,14 @@ bool HasAvx512Bw() {
   return has;
 }
 
+bool HasAvx512Vbmi() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return DetectedIsa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512vbmi");
+  }();
+  return has;
+}
+
 bool HasAvx512Bf16() {
   static const bool has = [] {
     __builtin_cpu_init();

@@ -20,6 +20,8 @@ bool HasAvx512Vnni();
 bool HasAvx512Bf16();
 // AVX512-BW (byte and word lanes), with VNNI for attention over integer KV codes.
 bool HasAvx512Bw();
+// AVX512-VBMI (vpermi2b: byte tables), with BF16 for attention over fp8 KV rows.
+bool HasAvx512Vbmi();
 
 // Tests: while alive, ActiveIsa() returns min(isa, DetectedIsa()), so every
 // kernel's ISA paths can be compared in one process. Process-wide; create

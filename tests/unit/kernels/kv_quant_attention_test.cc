@@ -20,6 +20,13 @@
 // on that path the reference rounds both the same way, so the same bound
 // holds (without the reference's weight rounding the path misses it by up to
 // 2.6e-5).
+//
+// The bf16-dot fp8 path (attention.h, UsesBf16DotFp8Attention) rounds q to
+// bf16, and so does the reference. It rounds each weight times its V row's
+// scale to bf16 too, a relative error of at most 2^-8 per weight; the
+// reference cannot repeat that rounding (the kernel's weights are relative
+// to its running max, not the final one), so the bound of output d grows by
+// 2^-8 * sum_j (w_j / sum w) |v_j[d]|, what those errors can add up to.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,6 +44,18 @@
 
 namespace kvserve::kernels {
 namespace {
+
+constexpr double kBound = 2e-5;  // see the top of the file
+
+// x rounded to bf16 (to nearest even), as vcvtne2ps2bf16 rounds finite x.
+double RoundToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  float y;
+  std::memcpy(&y, &bits, sizeof y);
+  return y;
+}
 
 // The test's own decoder, in fp64, from the format's definition.
 double DecodeRef(KvDtype dtype, const uint8_t* row, double scale, int d) {
@@ -229,8 +248,9 @@ class Paged {
     return out;
   }
 
-  // fp64 attention of (s, p, head) over the stored (encoded) rows.
-  std::vector<double> Reference(int s, int p, int head) const {
+  // fp64 attention of (s, p, head) over the stored (encoded) rows, and in
+  // bound each output's allowed distance from it (top of the file).
+  std::vector<double> Reference(int s, int p, int head, std::vector<double>* bound) const {
     const int kvh = head / (c_.heads / c_.kv_heads);
     const int64_t rb = KvRowBytes(dt_, c_.dim);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c_.dim));
@@ -245,6 +265,10 @@ class Paged {
       const float q_scale =
           QuantizeQueryInt8(q_row, c_.dim, q8.data(), two ? q8_low.data() : nullptr);
       for (int d = 0; d < c_.dim; ++d) q[d] = (q8[d] + q8_low[d] / 256.0) * double{q_scale};
+    }
+    const bool bf16_dot = UsesBf16DotFp8Attention(dt_, c_.dim);
+    if (bf16_dot) {
+      for (int d = 0; d < c_.dim; ++d) q[d] = RoundToBf16(q_row[d]);
     }
     std::vector<double> w(p + 1), out(c_.dim, 0.0);
     double mx = -1e300, sum = 0;
@@ -276,10 +300,15 @@ class Paged {
         }
       }
     }
+    bound->assign(c_.dim, kBound);
     for (int j = 0; j <= p; ++j) {
       const int64_t r = row_index(s, j, kvh);
       const auto* row = reinterpret_cast<const uint8_t*>(vc_.data()) + r * rb;
-      for (int d = 0; d < c_.dim; ++d) out[d] += rounded[j] / sum * DecodeRef(dt_, row, vs_[r], d);
+      for (int d = 0; d < c_.dim; ++d) {
+        const double v = DecodeRef(dt_, row, vs_[r], d);
+        out[d] += rounded[j] / sum * v;
+        if (bf16_dot) (*bound)[d] += std::ldexp(w[j] / sum * std::fabs(v), -8);
+      }
     }
     return out;
   }
@@ -289,6 +318,9 @@ class Paged {
     auto* base = reinterpret_cast<uint8_t*>(k ? kc_.data() : vc_.data());
     base[row * KvRowBytes(dt_, c_.dim) + byte] = code;
   }
+
+  // The scale of V cache row `row`, after WriteAll.
+  float v_scale(int64_t row) const { return vs_[row]; }
 
   // Scores soft-capped (PagedAttentionParams::softcap) from now on.
   void SetSoftcap(float softcap) { softcap_ = softcap; }
@@ -311,8 +343,6 @@ std::vector<CpuIsa> Isas() {
   return isas;
 }
 
-constexpr double kBound = 2e-5;  // see the top of the file
-
 class KvQuantAttentionTest : public ::testing::TestWithParam<KvDtype> {};
 
 // Every position of every sequence of `c` in one call against the
@@ -334,9 +364,10 @@ void ExpectEveryPositionMatches(KvDtype dtype, const Case& c, uint32_t seed, flo
     for (size_t i = 0; i < all.size(); ++i) {
       auto [s, p] = all[i];
       for (int h = 0; h < c.heads; ++h) {
-        const std::vector<double> ref = w.Reference(s, p, h);
+        std::vector<double> bound;
+        const std::vector<double> ref = w.Reference(s, p, h, &bound);
         for (int d = 0; d < c.dim; ++d) {
-          ASSERT_NEAR(out[(i * c.heads + h) * c.dim + d], ref[d], kBound)
+          ASSERT_NEAR(out[(i * c.heads + h) * c.dim + d], ref[d], bound[d])
               << "seq " << s << " pos " << p << " head " << h << " d " << d;
         }
       }
@@ -375,9 +406,10 @@ TEST_P(KvQuantAttentionTest, LongContextMatchesReference) {
     for (size_t i = 0; i < queries.size(); ++i) {
       auto [s, p] = queries[i];
       for (int h = 0; h < c.heads; ++h) {
-        const std::vector<double> ref = w.Reference(s, p, h);
+        std::vector<double> bound;
+        const std::vector<double> ref = w.Reference(s, p, h, &bound);
         for (int d = 0; d < c.dim; ++d) {
-          ASSERT_NEAR(out[(i * c.heads + h) * c.dim + d], ref[d], kBound)
+          ASSERT_NEAR(out[(i * c.heads + h) * c.dim + d], ref[d], bound[d])
               << "seq " << s << " pos " << p << " head " << h << " d " << d;
         }
       }
@@ -410,9 +442,10 @@ TEST_P(KvQuantAttentionTest, PartitionsSplitAcrossThreadsChangeNoBit) {
       const std::vector<float> split = w.Attend({{0, p}}, &two);
       const std::vector<float> whole = w.Attend({{0, p}}, nullptr);
       for (int h = 0; h < c.heads; ++h) {
-        const std::vector<double> ref = w.Reference(0, p, h);
+        std::vector<double> bound;
+        const std::vector<double> ref = w.Reference(0, p, h, &bound);
         for (int d = 0; d < c.dim; ++d) {
-          ASSERT_NEAR(split[h * c.dim + d], ref[d], kBound) << "head " << h << " d " << d;
+          ASSERT_NEAR(split[h * c.dim + d], ref[d], bound[d]) << "head " << h << " d " << d;
         }
       }
       ASSERT_EQ(0, std::memcmp(split.data(), whole.data(), sizeof(float) * row));
@@ -496,6 +529,44 @@ TEST(KvQuantFp8AttentionTest, NanCodesInStoredRowsReachTheHeadsThatAttendThem) {
           if (!attends) {
             ASSERT_TRUE(std::all_of(o, o + c.dim, [](float x) { return std::isfinite(x); }));
           }
+        }
+      }
+    }
+  }
+}
+
+// Every e4m3 code's value reaches the output exactly: a context of one key
+// (weight exactly 1) over a V row holding 64 of the 254 finite codes, four
+// rows for all of them. The output is then the row's scale times each
+// code's value: the bf16-dot step (attention.h) rounds that scale to bf16,
+// and its products of bf16 values are exact, so there it is equal; the other
+// paths round a product or two in fp32 (2^-24 each). The attention tests
+// above cannot see a small code decoded wrongly (their values sit near the
+// rows' largest); this one sees every code.
+TEST(KvQuantFp8AttentionTest, EveryCodeDecodesExactly) {
+  const Case c{1, 1, 64, 16, {1}};
+  for (CpuIsa isa : Isas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsaOverride force(isa);
+    for (int first = 0; first < 256; first += 64) {
+      Paged w(KvDtype::kFp8E4m3, c, 32);
+      w.WriteAll();
+      const int64_t row = w.row_index(0, 0, 0);
+      std::vector<uint8_t> codes(64);
+      for (int d = 0; d < 64; ++d) {
+        const int code = first + d;
+        codes[d] = (code & 0x7f) == 0x7f ? 0 : static_cast<uint8_t>(code);  // NaN codes: 0
+        w.SetCode(/*k=*/false, row, d, codes[d]);
+      }
+      const std::vector<float> out = w.Attend({{0, 0}}, nullptr);
+      const bool bf16_dot = UsesBf16DotFp8Attention(KvDtype::kFp8E4m3, c.dim);
+      const double scale = bf16_dot ? RoundToBf16(w.v_scale(row)) : w.v_scale(row);
+      for (int d = 0; d < 64; ++d) {
+        const double want = DecodeRef(KvDtype::kFp8E4m3, codes.data(), scale, d);
+        if (bf16_dot) {
+          ASSERT_EQ(out[d], want) << "code " << int{codes[d]};
+        } else {
+          ASSERT_NEAR(out[d], want, std::fabs(want) * 1e-6) << "code " << int{codes[d]};
         }
       }
     }
