@@ -680,7 +680,7 @@ bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim) {
 }
 
 bool UsesBf16DotFp8Attention(KvDtype dtype, int head_dim) {
-  return dtype == KvDtype::kFp8E4m3 && head_dim > 0 && head_dim % 32 == 0 && head_dim <= 256 &&
+  return dtype == KvDtype::kFp8E4m3 && head_dim > 0 && head_dim % 16 == 0 && head_dim <= 256 &&
          ActiveIsa() >= CpuIsa::kAvx512 && HasAvx512Bw() && HasAvx512Vbmi() && HasAvx512Bf16();
 }
 

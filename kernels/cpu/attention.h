@@ -113,7 +113,7 @@ bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim);
 
 // True when PagedAttention reads fp8 e4m3 rows of `head_dim` with bf16 dot
 // products on ActiveIsa(): AVX-512 with BW, VBMI and BF16, head_dim a
-// multiple of 32 up to 256. The rows are decoded exactly (every e4m3 value
+// multiple of 16 up to 256. The rows are decoded exactly (every e4m3 value
 // is a bf16 value); q and each softmax weight times its V row's scale are
 // rounded to bf16 (to nearest even), 2^-8 of each at most against e4m3's
 // own 2^-4. Both roundings depend on one (token, head) and one tile, so the

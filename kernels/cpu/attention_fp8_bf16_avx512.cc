@@ -58,7 +58,42 @@ constexpr Fp8Bf16Tables MakeFp8Bf16Tables() {
 
 constexpr Fp8Bf16Tables kFp8Bf16 = MakeFp8Bf16Tables();
 
-constexpr int kMaxHeadDimChunks = 256 / 32;  // bf16 vectors of q per head
+constexpr int kMaxChunks = 256 / 16;  // 16-value chunks of a row
+
+// Byte indices for vpermt2b. kPairBytes interleaves the first 32 bytes of
+// two vectors a, b: byte 2i = a[i], 2i + 1 = b[i]. The others interleave a
+// vector of low bytes (from 0) with one of high bytes (from 64) into 32
+// words, taking the words' sources in order (kWordsFirst: 0..31,
+// kWordsSecond: 32..63) or by 256-bit halves (kHalvesFirst: 0..15 and
+// 32..47, kHalvesSecond: 16..31 and 48..63).
+struct PermuteIndices {
+  alignas(64) uint8_t pair_bytes[64];
+  alignas(64) uint8_t words_first[64];
+  alignas(64) uint8_t words_second[64];
+  alignas(64) uint8_t halves_first[64];
+  alignas(64) uint8_t halves_second[64];
+};
+
+constexpr PermuteIndices MakePermuteIndices() {
+  PermuteIndices x{};
+  const auto words = [](uint8_t* idx, auto source) {
+    for (int w = 0; w < 32; ++w) {
+      idx[2 * w] = static_cast<uint8_t>(source(w));
+      idx[2 * w + 1] = static_cast<uint8_t>(64 + source(w));
+    }
+  };
+  for (int i = 0; i < 32; ++i) {
+    x.pair_bytes[2 * i] = static_cast<uint8_t>(i);
+    x.pair_bytes[2 * i + 1] = static_cast<uint8_t>(64 + i);
+  }
+  words(x.words_first, [](int w) { return w; });
+  words(x.words_second, [](int w) { return 32 + w; });
+  words(x.halves_first, [](int w) { return w < 16 ? w : w + 16; });
+  words(x.halves_second, [](int w) { return w < 16 ? w + 16 : w + 32; });
+  return x;
+}
+
+constexpr PermuteIndices kPermute = MakePermuteIndices();
 
 }  // namespace
 }  // namespace kvserve::kernels::internal
@@ -70,58 +105,49 @@ KVSERVE_TARGET_BEGIN("avx512f,avx512bw,avx512vbmi,avx512bf16")
 namespace kvserve::kernels::internal {
 namespace {
 
-// Byte indices for vpermt2b that interleave two 64-byte vectors a, b:
-// byte 2i = a[i], 2i + 1 = b[i], i over the first (kInterleaveFirst) or the
-// second (kInterleaveSecond) 32 bytes.
-struct InterleaveIndices {
-  alignas(64) uint8_t first[64];
-  alignas(64) uint8_t second[64];
-};
-constexpr InterleaveIndices MakeInterleaveIndices() {
-  InterleaveIndices x{};
-  for (int i = 0; i < 32; ++i) {
-    x.first[2 * i] = static_cast<uint8_t>(i);
-    x.first[2 * i + 1] = static_cast<uint8_t>(64 + i);
-    x.second[2 * i] = static_cast<uint8_t>(32 + i);
-    x.second[2 * i + 1] = static_cast<uint8_t>(96 + i);
-  }
-  return x;
-}
-constexpr InterleaveIndices kInterleave = MakeInterleaveIndices();
-
-// The bf16 values of 64 e4m3 codes, in order: codes 0..31 in *first, 32..63
-// in *second (one word each).
-inline void Fp8ToBf16x64(__m512i codes, __m512i* first, __m512i* second) {
+// The bf16 values of the 64 e4m3 codes of `codes` as two vectors of 32
+// words, whose sources (code positions) the word indices `first` and
+// `second` name (PermuteIndices).
+inline void Fp8ToBf16(__m512i codes, const uint8_t* first, const uint8_t* second, __m512i* a,
+                      __m512i* b) {
   const __m512i low = _mm512_permutex2var_epi8(_mm512_load_si512(kFp8Bf16.low), codes,
                                                _mm512_load_si512(kFp8Bf16.low + 64));
   __m512i high = _mm512_permutex2var_epi8(_mm512_load_si512(kFp8Bf16.high), codes,
                                           _mm512_load_si512(kFp8Bf16.high + 64));
   // high | (codes & 0x80): the sign.
   high = _mm512_ternarylogic_epi32(high, codes, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
-  *first = _mm512_permutex2var_epi8(low, _mm512_load_si512(kInterleave.first), high);
-  *second = _mm512_permutex2var_epi8(low, _mm512_load_si512(kInterleave.second), high);
+  *a = _mm512_permutex2var_epi8(low, _mm512_load_si512(first), high);
+  *b = _mm512_permutex2var_epi8(low, _mm512_load_si512(second), high);
 }
 
-inline __m512i Interleave(__m512i a, __m512i b, const uint8_t* indices) {
-  return _mm512_permutex2var_epi8(a, _mm512_load_si512(indices), b);
+// The 32 codes of a row from value d (16 when the row ends first), the rest
+// of the vector zero.
+inline __m256i LoadCodes32(const uint8_t* row, int d, int dim) {
+  return dim - d >= 32
+             ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + d))
+             : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d)));
 }
 
-// The 32 or 64 codes of a row from element d: a half chunk (dim % 64 == 32)
-// is read as 32 bytes, the rest of the vector zero.
-inline __m512i LoadCodes(const uint8_t* row, int d, int dim) {
-  return dim - d >= 64 ? _mm512_loadu_si512(row + d)
-                       : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, row + d);
-}
-
-// Key rows [0, n) decoded to bf16 into dst (dim words each, in order).
-void DecodeKeyRows(const uint8_t* const* rows, int n, int dim, uint16_t* dst) {
-  for (int j = 0; j < n; ++j) {
-    uint16_t* out = dst + static_cast<int64_t>(j) * dim;
-    for (int d = 0; d < dim; d += 64) {
+// Keys i and i + 16 of the tile share a 512-bit vector per 16-value chunk
+// c: key i's bf16 values 16c..16c+15 in the low half, key i + 16's in the
+// high half, at dst + (i * chunks + c) * 32 words. So one vdpbf16ps chain
+// per pair of keys scores both, and a head's 32 scores need one reduction
+// tree (ScoresOfPairs). Pairs [0, min(n, 16)) are written; a key past n
+// reads as zero_row.
+void DecodeKeyPairs(const uint8_t* const* rows, int n, int dim, const uint8_t* zero_row,
+                    uint16_t* dst) {
+  const int chunks = dim / 16;
+  for (int i = 0; i < std::min(n, 16); ++i) {
+    const uint8_t* a = rows[i];
+    const uint8_t* b = i + 16 < n ? rows[i + 16] : zero_row;
+    uint16_t* out = dst + static_cast<int64_t>(i) * chunks * 32;
+    for (int d = 0; d < dim; d += 32) {
+      const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(LoadCodes32(a, d, dim)),
+                                               LoadCodes32(b, d, dim), 1);
       __m512i first, second;
-      Fp8ToBf16x64(LoadCodes(rows[j], d, dim), &first, &second);
-      _mm512_storeu_si512(out + d, first);
-      if (dim - d >= 64) _mm512_storeu_si512(out + d + 32, second);
+      Fp8ToBf16(codes, kPermute.halves_first, kPermute.halves_second, &first, &second);
+      _mm512_store_si512(out + 2 * d, first);
+      if (dim - d >= 32) _mm512_store_si512(out + 2 * d + 32, second);
     }
   }
 }
@@ -135,39 +161,66 @@ void DecodeValuePairs(const uint8_t* const* rows, int n, int dim, const uint8_t*
     const uint8_t* a = rows[2 * i];
     const uint8_t* b = 2 * i + 1 < n ? rows[2 * i + 1] : zero_row;
     uint32_t* out = dst + static_cast<int64_t>(i) * dim;
-    for (int d = 0; d < dim; d += 64) {
-      const __m512i ca = LoadCodes(a, d, dim), cb = LoadCodes(b, d, dim);
+    for (int d = 0; d < dim; d += 32) {
+      const __m512i codes = _mm512_permutex2var_epi8(
+          _mm512_castsi256_si512(LoadCodes32(a, d, dim)), _mm512_load_si512(kPermute.pair_bytes),
+          _mm512_castsi256_si512(LoadCodes32(b, d, dim)));
       __m512i first, second;
-      Fp8ToBf16x64(Interleave(ca, cb, kInterleave.first), &first, &second);
-      _mm512_storeu_si512(out + d, first);
-      _mm512_storeu_si512(out + d + 16, second);
-      if (dim - d >= 64) {
-        Fp8ToBf16x64(Interleave(ca, cb, kInterleave.second), &first, &second);
-        _mm512_storeu_si512(out + d + 32, first);
-        _mm512_storeu_si512(out + d + 48, second);
-      }
+      Fp8ToBf16(codes, kPermute.words_first, kPermute.words_second, &first, &second);
+      _mm512_store_si512(out + d, first);
+      if (dim - d >= 32) _mm512_store_si512(out + d + 16, second);
     }
   }
 }
 
-// Scores of keys[0, nk) (nk <= 16; bf16 rows of dim words) for the bf16
-// query qb (dim / 32 vectors), times the keys' scales ks[0, 16) (past nk
-// any finite value); lanes past nk = -inf.
-inline __m512 ScoresBf16x16(const __m512bh* qb, const uint16_t* const* keys, int nk, int chunks,
-                            float scale, const float* ks) {
-  const uint16_t* k[16];
-  for (int i = 0; i < 16; ++i) k[i] = keys[i < nk ? i : 0];
+// Lanes 0..15: the sums of the low halves of a[0..15] (lane i: a[i]'s
+// lanes 0..7), lanes 16..31 (in *high): of their high halves. Each half's
+// eight lanes meet in the same tree, whichever vector it sits in.
+inline void Sum8EachHalf(const __m512* a, __m512* low, __m512* high) {
+  __m512 u[8];
+  for (int i = 0; i < 8; ++i) {
+    u[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                         _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  }
+  __m512 w[4];  // quarter q of w[i]: a[4i..4i+3]'s sums over their quarter q
+  for (int i = 0; i < 4; ++i) {
+    w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // Quarters 0 + 1 (the low halves) and 2 + 3 (the high halves).
+  const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  *low = _mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(2, 0, 2, 0));
+  *high = _mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// Scores of the tile's keys [0, nk) for the bf16 query chunks qb (q's
+// values 16c..16c+15 in both halves of qb[c]), times the keys' scales
+// ks[0, 32) (past nk any finite value): keys 0..15 in s[0], 16..31 in s[1],
+// lanes past nk -inf.
+inline void ScoresOfPairs(const __m512bh* qb, const uint16_t* kb, int nk, int chunks, float scale,
+                          const float* ks, __m512* s) {
+  // All 16 pairs, a fixed count, so that the accumulators stay in
+  // registers: pairs past the tile's keys read stale (finite or not) words,
+  // whose lanes are dropped below; no lane's sum reads another's.
   __m512 a[16];
   for (int i = 0; i < 16; ++i) a[i] = _mm512_setzero_ps();
   for (int c = 0; c < chunks; ++c) {
     for (int i = 0; i < 16; ++i) {
-      a[i] = _mm512_dpbf16_ps(a[i], qb[c], (__m512bh)_mm512_loadu_si512(k[i] + 32 * c));
+      const auto* k = kb + (static_cast<int64_t>(i) * chunks + c) * 32;
+      a[i] = _mm512_dpbf16_ps(a[i], qb[c], (__m512bh)_mm512_load_si512(k));
     }
   }
-  __m512 s = _mm512_mul_ps(Sum16Each(a), _mm512_set1_ps(scale));
-  s = _mm512_mul_ps(s, _mm512_loadu_ps(ks));
-  const __mmask16 valid = static_cast<__mmask16>((1u << nk) - 1);
-  return _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s);
+  Sum8EachHalf(a, &s[0], &s[1]);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __mmask32 valid = static_cast<__mmask32>((uint64_t{1} << nk) - 1);
+  for (int h = 0; h < 2; ++h) {
+    const __m512 x = _mm512_mul_ps(_mm512_mul_ps(s[h], vscale), _mm512_load_ps(ks + 16 * h));
+    s[h] = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()),
+                              static_cast<__mmask16>(valid >> (16 * h)), x);
+  }
 }
 
 // out[h][d, d + 16 kVecs) = out * corr[h] + sum over pairs i < pairs of
@@ -185,7 +238,7 @@ inline void AccumulatePairsBlock(float* const* out, const float* corr, const uin
   for (int i = 0; i < pairs; ++i) {
     const uint32_t* row = vb + static_cast<int64_t>(i) * dim + d;
     __m512i v[kVecs];
-    for (int c = 0; c < kVecs; ++c) v[c] = _mm512_loadu_si512(row + 16 * c);
+    for (int c = 0; c < kVecs; ++c) v[c] = _mm512_load_si512(row + 16 * c);
     if (odd_tail && i == pairs - 1) {
       for (int c = 0; c < kVecs; ++c) v[c] = _mm512_maskz_mov_epi16(0x55555555u, v[c]);
     }
@@ -206,8 +259,19 @@ void AccumulatePairsHeads(float* const* out, const float* corr, const uint32_t (
   int c = 0;
   for (; c + 4 <= vecs; c += 4)
     AccumulatePairsBlock<kHeads, 4>(out, corr, wb, vb, pairs, odd_tail, dim, 16 * c);
-  if (vecs - c == 2)
-    AccumulatePairsBlock<kHeads, 2>(out, corr, wb, vb, pairs, odd_tail, dim, 16 * c);
+  switch (vecs - c) {
+    case 3:
+      AccumulatePairsBlock<kHeads, 3>(out, corr, wb, vb, pairs, odd_tail, dim, 16 * c);
+      break;
+    case 2:
+      AccumulatePairsBlock<kHeads, 2>(out, corr, wb, vb, pairs, odd_tail, dim, 16 * c);
+      break;
+    case 1:
+      AccumulatePairsBlock<kHeads, 1>(out, corr, wb, vb, pairs, odd_tail, dim, 16 * c);
+      break;
+    default:
+      break;
+  }
 }
 
 // The accumulation of every head of the pass that attends some of the
@@ -247,20 +311,20 @@ void AttendTileFp8Bf16Avx512(const PagedAttentionParams& p, HeadPass& pass,
                              const uint8_t* const* k_rows, const float* k_scales,
                              const uint8_t* const* v_rows, const float* v_scales, int n,
                              LinePrefetcher* next_tile) {
-  const int dim = p.head_dim, chunks = dim / 32;
+  const int dim = p.head_dim, chunks = dim / 16;
   alignas(64) float ks[kTile], vs[kTile];
   std::copy(k_scales, k_scales + kTile, ks);
   std::copy(v_scales, v_scales + kTile, vs);
   // The tile's rows decoded once into L1 (every head reads every row):
-  // keys as bf16 rows, values as bf16 pairs of rows.
-  float* scratch = ThreadScratch(ScratchUse::kDecodedRows, int64_t{2} * kTile * dim);
+  // keys as bf16 pairs of keys (DecodeKeyPairs), values as bf16 pairs of
+  // rows (DecodeValuePairs), 64-byte aligned.
+  float* scratch = ThreadScratch(ScratchUse::kDecodedRows, int64_t{kTile} * dim + 16);
+  scratch += (64 - reinterpret_cast<uintptr_t>(scratch) % 64) % 64 / sizeof(float);
   auto* kb = reinterpret_cast<uint16_t*>(scratch);
   auto* vb = reinterpret_cast<uint32_t*>(scratch + int64_t{kTile} * dim / 2);
   alignas(64) static constexpr uint8_t kZeroRow[256] = {};
-  DecodeKeyRows(k_rows, n, dim, kb);
+  DecodeKeyPairs(k_rows, n, dim, kZeroRow, kb);
   DecodeValuePairs(v_rows, n, dim, kZeroRow, vb);
-  const uint16_t* keys[kTile];
-  for (int j = 0; j < n; ++j) keys[j] = kb + static_cast<int64_t>(j) * dim;
 
   alignas(64) float w[kMaxHeadsPerPass][kTile];
   alignas(64) uint32_t wb[kMaxHeadsPerPass][16];
@@ -270,15 +334,13 @@ void AttendTileFp8Bf16Avx512(const PagedAttentionParams& p, HeadPass& pass,
     if (pass.n[g] > 0) active[num_active++] = g;
   }
   const auto score = [&](int a, __m512* s) {
-    const int g = active[a], ng = pass.n[g];
-    __m512bh qb[kMaxHeadDimChunks];
+    const int g = active[a];
+    __m512bh qb[kMaxChunks];
     for (int c = 0; c < chunks; ++c) {
-      const float* q = pass.q[g] + 32 * c;
-      qb[c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + 16), _mm512_loadu_ps(q));
+      const __m512 q = _mm512_loadu_ps(pass.q[g] + 16 * c);
+      qb[c] = _mm512_cvtne2ps_pbh(q, q);
     }
-    s[0] = ScoresBf16x16(qb, keys, std::min(ng, 16), chunks, p.scale, ks);
-    s[1] = ng > 16 ? ScoresBf16x16(qb, keys + 16, ng - 16, chunks, p.scale, ks + 16)
-                   : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    ScoresOfPairs(qb, kb, pass.n[g], chunks, p.scale, ks, s);
   };
   // Weights times their V rows' scales (past the head's keys 0), rounded
   // to bf16 pairs.

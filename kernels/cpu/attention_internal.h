@@ -81,7 +81,7 @@ void AttendTileFp8Avx512(const PagedAttentionParams& p, HeadPass& pass,
 // The same step with bf16 dot products (vdpbf16ps; attention.h,
 // UsesBf16DotFp8Attention): q and each weight times its V row's scale
 // rounded to bf16, the rows decoded exactly. Needs AVX512-BW, VBMI and BF16
-// and head_dim a multiple of 32. Each head's result is bit-identical
+// and head_dim a multiple of 16. Each head's result is bit-identical
 // whatever the pass's head count and the tile's place in the batch.
 void AttendTileFp8Bf16Avx512(const PagedAttentionParams& p, HeadPass& pass,
                              const uint8_t* const* k_rows, const float* k_scales,
