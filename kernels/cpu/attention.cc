@@ -433,12 +433,18 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     for (int g = 0; g < pass.count; ++g) pass.n[g] = std::min(key_end[g], tile + kTile) - j0;
     cursor.ForEachRun(n, [&](int i, int64_t row, int run) {
       if (rows_with_scales) {
-        const bool scaled = p.k_scales != nullptr;
-        for (int r = 0; r < run; ++r) {
-          k_rows[i + r] = k_bytes + (row + r) * row_bytes;
-          v_rows[i + r] = v_bytes + (row + r) * row_bytes;
-          k_scales[i + r] = scaled ? p.k_scales[row + r] : 1.0f;
-          v_scales[i + r] = scaled ? p.v_scales[row + r] : 1.0f;
+        const uint8_t* k_row = k_bytes + row * row_bytes;
+        const uint8_t* v_row = v_bytes + row * row_bytes;
+        for (int r = 0; r < run; ++r, k_row += row_bytes, v_row += row_bytes) {
+          k_rows[i + r] = k_row;
+          v_rows[i + r] = v_row;
+        }
+        if (p.k_scales != nullptr) {
+          std::copy_n(p.k_scales + row, run, k_scales + i);
+          std::copy_n(p.v_scales + row, run, v_scales + i);
+        } else {
+          std::fill_n(k_scales + i, run, 1.0f);
+          std::fill_n(v_scales + i, run, 1.0f);
         }
       } else if (rows16) {
         for (int r = 0; r < run; ++r) {
