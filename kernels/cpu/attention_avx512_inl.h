@@ -46,20 +46,27 @@ inline __m512 Exp512(__m512 x) {
                              _mm512_mul_ps(poly, _mm512_castsi512_ps(e)));
 }
 
-// Lane i of the result = the sum of a[i]'s 16 lanes. Every vector's lanes
-// meet in the same tree: within each 128-bit quarter (x0 + x2) + (x1 + x3),
-// then quarters (Q0 + Q2) + (Q1 + Q3).
-inline __m512 Sum16Each(const __m512* a) {
+// The first two steps of the lane trees below: lane k of 128-bit quarter q
+// of w[i] = the sum of a[4i + k]'s lanes in its quarter q, as
+// (x0 + x2) + (x1 + x3).
+inline void SumQuartersEach(const __m512* a, __m512* w) {
   __m512 u[8];
   for (int i = 0; i < 8; ++i) {
     u[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
                          _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
   }
-  __m512 w[4];
   for (int i = 0; i < 4; ++i) {
     w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                          _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
   }
+}
+
+// Lane i of the result = the sum of a[i]'s 16 lanes. Every vector's lanes
+// meet in the same tree: within each 128-bit quarter (x0 + x2) + (x1 + x3),
+// then quarters (Q0 + Q2) + (Q1 + Q3).
+inline __m512 Sum16Each(const __m512* a) {
+  __m512 w[4];
+  SumQuartersEach(a, w);
   const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0)),
                                    _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 2, 3, 2)));
   const __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(1, 0, 1, 0)),

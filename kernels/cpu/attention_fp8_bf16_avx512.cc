@@ -173,20 +173,12 @@ void DecodeValuePairs(const uint8_t* const* rows, int n, int dim, const uint8_t*
   }
 }
 
-// Lanes 0..15: the sums of the low halves of a[0..15] (lane i: a[i]'s
-// lanes 0..7), lanes 16..31 (in *high): of their high halves. Each half's
-// eight lanes meet in the same tree, whichever vector it sits in.
+// Lane i of *low = the sum of a[i]'s lanes 0..7 (its low half), lane i of
+// *high = the sum of its lanes 8..15. Each half's eight lanes meet in the
+// same tree, whichever vector and half they sit in.
 inline void Sum8EachHalf(const __m512* a, __m512* low, __m512* high) {
-  __m512 u[8];
-  for (int i = 0; i < 8; ++i) {
-    u[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
-                         _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-  }
   __m512 w[4];  // quarter q of w[i]: a[4i..4i+3]'s sums over their quarter q
-  for (int i = 0; i < 4; ++i) {
-    w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  }
+  SumQuartersEach(a, w);
   // Quarters 0 + 1 (the low halves) and 2 + 3 (the high halves).
   const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                    _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
