@@ -2,18 +2,22 @@
 // products (vdpbf16ps), for CPUs with AVX512-BF16 and VBMI (Zen 4, Sapphire
 // Rapids). Every e4m3 value is a bf16 value exactly (4 significant bits,
 // exponents 2^-9 .. 2^8), so the rows are decoded exactly, by two byte
-// tables (vpermi2b), into the pairs vdpbf16ps multiplies: a key row into
-// its values in order, two value rows j and j + 1 into (v_j[d], v_j+1[d])
-// pairs. What this step rounds, and the fp32 step (attention_avx512.cc)
-// does not:
+// tables (vpermi2b), into the pairs vdpbf16ps multiplies: keys i and
+// i + 16 of the tile into the two halves of one vector per 16 values
+// (DecodeKeyPairs), two value rows j and j + 1 into (v_j[d], v_j+1[d])
+// pairs (DecodeValuePairs). The rows' scales multiply the scores and the
+// weights, as on the fp32 step. What this step rounds, and the fp32 step
+// (attention_avx512.cc) does not:
 //   - q, to bf16 (round to nearest even): 2^-8 of each value at most,
 //     against e4m3's own 2^-4 on the keys;
 //   - each softmax weight times its V row's scale, to bf16 likewise.
 // Both roundings are per (token, head) and per tile, and the operations
 // per head are fixed whatever the pass holds, so batch and chunk
 // invariance hold as on the other paths:
-//   score_j = scale * Sum16(sum_c dpbf(qb_c, kb_j,c)) * ks_j
-//   out     = out * corr + sum over pairs (j, j + 1) of dpbf(wb_pair, vb_pair)
+//   score_j = scale * Sum8(sum_c dpbf(qb_c, kb_j,c)) * ks_j  (c over 16-value
+//             chunks in order, one chain; Sum8 a fixed lane tree)
+//   out     = out * corr + sum over pairs (j, j + 1) in order of
+//             dpbf(bf16(w_j vs_j, w_j+1 vs_j+1), vb_pair)
 // A head's last pair, when its key count is odd, pairs its last row with
 // +0 (whatever row follows it in the tile), so a head's bits do not depend
 // on the keys of the heads beside it.
@@ -60,12 +64,12 @@ constexpr Fp8Bf16Tables kFp8Bf16 = MakeFp8Bf16Tables();
 
 constexpr int kMaxChunks = 256 / 16;  // 16-value chunks of a row
 
-// Byte indices for vpermt2b. kPairBytes interleaves the first 32 bytes of
+// Byte indices for vpermt2b. pair_bytes interleaves the first 32 bytes of
 // two vectors a, b: byte 2i = a[i], 2i + 1 = b[i]. The others interleave a
 // vector of low bytes (from 0) with one of high bytes (from 64) into 32
-// words, taking the words' sources in order (kWordsFirst: 0..31,
-// kWordsSecond: 32..63) or by 256-bit halves (kHalvesFirst: 0..15 and
-// 32..47, kHalvesSecond: 16..31 and 48..63).
+// words, taking the words' sources in order (words_first: 0..31,
+// words_second: 32..63) or by 256-bit halves (halves_first: 0..15 and
+// 32..47, halves_second: 16..31 and 48..63).
 struct PermuteIndices {
   alignas(64) uint8_t pair_bytes[64];
   alignas(64) uint8_t words_first[64];
