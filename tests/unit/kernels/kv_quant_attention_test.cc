@@ -536,8 +536,8 @@ TEST(KvQuantFp8AttentionTest, NanCodesInStoredRowsReachTheHeadsThatAttendThem) {
 }
 
 // Every e4m3 code's value reaches the output exactly: a context of one key
-// (weight exactly 1) over a V row holding 64 of the 254 finite codes, four
-// rows for all of them. The output is then the row's scale times each
+// (weight exactly 1) over a V row holding 64 codes; four runs cover all 256
+// (the two NaN codes written as 0). The output is then the row's scale times each
 // code's value: the bf16-dot step (attention.h) rounds that scale to bf16,
 // and its products of bf16 values are exact, so there it is equal; the other
 // paths round a product or two in fp32 (2^-24 each). The attention tests
