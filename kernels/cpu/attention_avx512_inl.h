@@ -214,61 +214,73 @@ inline void AccumulateBlock(float* const* out, const float* corr, const float (*
   }
 }
 
-template <class Row, __m512 (*Load)(const Row*, int), int kHeads>
-void AccumulateHeads(float* const* out, const float* corr, const float (*w)[kTile],
-                     const Row* const* vals, int n, int vecs) {
+// The blocks of a value accumulation over heads [g0, g1) of a pass and
+// rows of `vecs` 16-value vectors: groups of up to four heads, each in
+// blocks of up to four vectors (4 x 4 accumulators live), calling
+// block.template operator()<kHeads, kVecs>(g, d) for the group from head g
+// and the vectors from value d. kHeads and kVecs are compile-time, so that
+// a block's accumulators stay in registers.
+template <int kHeads, class Block>
+inline void ForEachVectorBlock(int g, int vecs, Block& block) {
   int c = 0;
-  for (; c + 4 <= vecs; c += 4)
-    AccumulateBlock<Row, Load, kHeads, 4>(out, corr, w, vals, n, 16 * c);
+  for (; c + 4 <= vecs; c += 4) block.template operator()<kHeads, 4>(g, 16 * c);
   switch (vecs - c) {
     case 3:
-      AccumulateBlock<Row, Load, kHeads, 3>(out, corr, w, vals, n, 16 * c);
+      block.template operator()<kHeads, 3>(g, 16 * c);
       break;
     case 2:
-      AccumulateBlock<Row, Load, kHeads, 2>(out, corr, w, vals, n, 16 * c);
+      block.template operator()<kHeads, 2>(g, 16 * c);
       break;
     case 1:
-      AccumulateBlock<Row, Load, kHeads, 1>(out, corr, w, vals, n, 16 * c);
+      block.template operator()<kHeads, 1>(g, 16 * c);
       break;
     default:
       break;
   }
 }
 
-// out = out * corr + sum_j w[j] v_j, j < n, for heads [g0, g1) of the pass,
-// four heads at a time (4 x 4 accumulators, 4 value and 1 weight zmm live).
-template <class Row, __m512 (*Load)(const Row*, int)>
-void AccumulateHeadRange(HeadPass& pass, int g0, int g1, const float* corr, const float (*w)[kTile],
-                         const Row* const* vals, int n, int vecs) {
+template <class Block>
+inline void ForEachAccumulatorBlock(int g0, int g1, int vecs, Block&& block) {
   for (int g = g0; g < g1; g += 4) {
-    float* const* out = pass.out + g;
     switch (std::min(4, g1 - g)) {
       case 4:
-        AccumulateHeads<Row, Load, 4>(out, corr + g, w + g, vals, n, vecs);
+        ForEachVectorBlock<4>(g, vecs, block);
         break;
       case 3:
-        AccumulateHeads<Row, Load, 3>(out, corr + g, w + g, vals, n, vecs);
+        ForEachVectorBlock<3>(g, vecs, block);
         break;
       case 2:
-        AccumulateHeads<Row, Load, 2>(out, corr + g, w + g, vals, n, vecs);
+        ForEachVectorBlock<2>(g, vecs, block);
         break;
       default:
-        AccumulateHeads<Row, Load, 1>(out, corr + g, w + g, vals, n, vecs);
+        ForEachVectorBlock<1>(g, vecs, block);
         break;
     }
   }
 }
 
+// run(g0, g1, n) for each run of heads [g0, g1) of the pass that attend the
+// same n > 0 of the tile's keys (what a value accumulation shares).
+template <class Run>
+inline void ForEachAttendingHeadRun(const HeadPass& pass, Run&& run) {
+  for (int g = 0; g < pass.count;) {
+    const int e = HeadRunEnd(pass, g);
+    if (pass.n[g] > 0) run(g, e, pass.n[g]);
+    g = e;
+  }
+}
+
 // The accumulation of every head of the pass that attends some of the
-// tile, each run of heads with the same key count together.
+// tile: out = out * corr + sum_j w[j] v_j, j < n, each run of heads with
+// the same key count together.
 template <class Row, __m512 (*Load)(const Row*, int)>
 void AccumulatePass(HeadPass& pass, const float* corr, const float (*w)[kTile],
                     const Row* const* vals, int vecs) {
-  for (int g = 0; g < pass.count;) {
-    const int e = HeadRunEnd(pass, g);
-    if (pass.n[g] > 0) AccumulateHeadRange<Row, Load>(pass, g, e, corr, w, vals, pass.n[g], vecs);
-    g = e;
-  }
+  ForEachAttendingHeadRun(pass, [&](int g0, int g1, int n) {
+    ForEachAccumulatorBlock(g0, g1, vecs, [&]<int kHeads, int kVecs>(int g, int d) {
+      AccumulateBlock<Row, Load, kHeads, kVecs>(pass.out + g, corr + g, w + g, vals, n, d);
+    });
+  });
 }
 
 }  // namespace

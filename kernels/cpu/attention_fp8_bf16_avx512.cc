@@ -248,57 +248,17 @@ inline void AccumulatePairsBlock(float* const* out, const float* corr, const uin
   }
 }
 
-template <int kHeads>
-void AccumulatePairsHeads(float* const* out, const float* corr, const uint32_t (*wb)[16],
-                          const uint32_t* vb, int pairs, bool odd_tail, int dim) {
-  const int vecs = dim / 16;
-  int c = 0;
-  for (; c + 4 <= vecs; c += 4)
-    AccumulatePairsBlock<kHeads, 4>(out, corr, wb, vb, pairs, odd_tail, dim, 16 * c);
-  switch (vecs - c) {
-    case 3:
-      AccumulatePairsBlock<kHeads, 3>(out, corr, wb, vb, pairs, odd_tail, dim, 16 * c);
-      break;
-    case 2:
-      AccumulatePairsBlock<kHeads, 2>(out, corr, wb, vb, pairs, odd_tail, dim, 16 * c);
-      break;
-    case 1:
-      AccumulatePairsBlock<kHeads, 1>(out, corr, wb, vb, pairs, odd_tail, dim, 16 * c);
-      break;
-    default:
-      break;
-  }
-}
-
 // The accumulation of every head of the pass that attends some of the
-// tile: each run of heads with the same key count, four heads at a time.
+// tile: each run of heads with the same key count together.
 void AccumulatePairsPass(HeadPass& pass, const float* corr, const uint32_t (*wb)[16],
                          const uint32_t* vb, int dim) {
-  for (int g = 0; g < pass.count;) {
-    const int e = HeadRunEnd(pass, g), ng = pass.n[g];
-    if (ng > 0) {
-      const int pairs = (ng + 1) / 2;
-      const bool odd = ng % 2 != 0;
-      for (int h = g; h < e; h += 4) {
-        float* const* out = pass.out + h;
-        switch (std::min(4, e - h)) {
-          case 4:
-            AccumulatePairsHeads<4>(out, corr + h, wb + h, vb, pairs, odd, dim);
-            break;
-          case 3:
-            AccumulatePairsHeads<3>(out, corr + h, wb + h, vb, pairs, odd, dim);
-            break;
-          case 2:
-            AccumulatePairsHeads<2>(out, corr + h, wb + h, vb, pairs, odd, dim);
-            break;
-          default:
-            AccumulatePairsHeads<1>(out, corr + h, wb + h, vb, pairs, odd, dim);
-            break;
-        }
-      }
-    }
-    g = e;
-  }
+  ForEachAttendingHeadRun(pass, [&](int g0, int g1, int n) {
+    const int pairs = (n + 1) / 2;
+    const bool odd = n % 2 != 0;
+    ForEachAccumulatorBlock(g0, g1, dim / 16, [&]<int kHeads, int kVecs>(int g, int d) {
+      AccumulatePairsBlock<kHeads, kVecs>(pass.out + g, corr + g, wb + g, vb, pairs, odd, dim, d);
+    });
+  });
 }
 
 }  // namespace
