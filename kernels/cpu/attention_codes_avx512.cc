@@ -11,8 +11,10 @@
 //             (vpdpwssd, two keys per instruction)
 // A tile's key rows are turned into unsigned codes once and transposed, so
 // a score vector holds 16 keys and needs no horizontal sums; every head of
-// the pass reads that buffer. The value sums leave out in an order of
-// their own, which RestoreCodeValueOrder undoes after the last tile.
+// the pass reads that buffer (int4 and fp4 rows transpose their packed
+// bytes and split the nibbles after, half the data to move). The value
+// sums leave out in an order of their own, which RestoreCodeValueOrder
+// undoes after the last tile.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -58,44 +60,81 @@ inline void Transpose16x16(__m512i* r) {
   }
 }
 
-// The 64 nibbles of 32 bytes as bytes: the low nibbles (even values) in
-// bytes 0..31, the high ones (odd values) in 32..63.
-inline __m512i NibblesEvenOdd64(const uint8_t* src) {
-  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-  const __m256i mask = _mm256_set1_epi8(15);
-  const __m256i lo = _mm256_and_si256(b, mask);
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+// Rows a and b's 64 signed int8 codes of a piece as int16 pairs (a[i],
+// b[i]) per 32-bit lane: what vpdpwssd multiplies by a pair of weights.
+// They interleave 8 bytes at a time within each 128-bit quarter, and
+// widening the low and high 256 bits takes quarters 0-1 and 2-3, so
+// vector v, lane l holds byte 16 (2 (v & 1) + l / 8) + 8 (v >> 1) + l % 8.
+inline void PairByteValues64(__m512i a, __m512i b, __m512i* pairs) {
+  const __m512i lo = _mm512_unpacklo_epi8(a, b), hi = _mm512_unpackhi_epi8(a, b);
+  pairs[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(lo));
+  pairs[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(lo, 1));
+  pairs[2] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(hi));
+  pairs[3] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(hi, 1));
 }
 
-// What each format contributes, per 64-value piece of a row in its byte
-// order (int8: value d at byte d; int4 and fp4: the even values in bytes
-// 0..31, the odd ones in 32..63): the unsigned codes u = code + bias that
-// the scores read (PrepareCodeQuery takes the bias off again), and the
-// signed codes that the values are summed from, times kValueUnit.
+// Rows a and b's 32 packed bytes of a piece (64 nibbles) as int16 pairs of
+// nibbles (n_a, n_b) per 32-bit lane, each word < 16: the bytes widened to
+// words and interleaved, then split. Vector v, lane l holds byte
+// 8 (l / 4) + 4 (v & 1) + l % 4, its low nibble for v < 2, else its high.
+inline void PairNibbleWords64(const uint8_t* a, const uint8_t* b, __m512i* pairs) {
+  const __m512i wa = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+  const __m512i wb = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
+  const __m512i lo = _mm512_unpacklo_epi16(wa, wb), hi = _mm512_unpackhi_epi16(wa, wb);
+  const __m512i low_nibble = _mm512_set1_epi16(15);
+  pairs[0] = _mm512_and_si512(lo, low_nibble);
+  pairs[1] = _mm512_and_si512(hi, low_nibble);
+  pairs[2] = _mm512_and_si512(_mm512_srli_epi16(lo, 4), low_nibble);
+  pairs[3] = _mm512_and_si512(_mm512_srli_epi16(hi, 4), low_nibble);
+}
+
+// What each format contributes, per 64-value piece of a row:
+// - the unsigned codes u = code + bias that the scores read, in the
+//   format's byte order (int8: value d at byte d; int4 and fp4: the even
+//   values in bytes 0..31, the odd ones in 32..63); PrepareCodeQuery takes
+//   the bias off again. int8 makes them from a row, int4 and fp4 from
+//   nibbles already split, one per byte.
+// - ValuePairs: two rows' codes as the int16 pairs the value sums read:
+//   code + kValueBias, a value being code * kValueUnit (the sums take
+//   kValueBias times the weights' sum off again); ValueOfSlot(i) says which
+//   value slot i of a piece's sums holds (vector i / 16, lane i % 16).
 struct Int8Codes {
   static constexpr bool kNibbles = false;
   static constexpr float kValueUnit = 1.0f;
+  static constexpr int kValueBias = 0;
   static __m512i Unsigned64(const uint8_t* row, int piece) {
-    return _mm512_xor_si512(Signed64(row, piece), _mm512_set1_epi8(-128));
+    return _mm512_xor_si512(_mm512_loadu_si512(row + 64 * piece), _mm512_set1_epi8(-128));
   }
-  static __m512i Signed64(const uint8_t* row, int piece) {
-    return _mm512_loadu_si512(row + 64 * piece);
+  static void ValuePairs(const uint8_t* a, const uint8_t* b, int piece, __m512i* pairs) {
+    PairByteValues64(_mm512_loadu_si512(a + 64 * piece), _mm512_loadu_si512(b + 64 * piece), pairs);
+  }
+  static constexpr int ValueOfSlot(int slot) {
+    const int vec = slot / 16, lane = slot % 16;
+    return 16 * (2 * (vec & 1) + lane / 8) + 8 * (vec >> 1) + lane % 8;
   }
 };
+
+// int4 and fp4: the value of slot i after PairNibbleWords64.
+constexpr int NibbleValueOfSlot(int slot) {
+  const int vec = slot / 16, lane = slot % 16;
+  const int byte = 8 * (lane / 4) + 4 * (vec & 1) + lane % 4;
+  return 2 * byte + (vec >> 1);
+}
 
 // int4: nibble n holds code (n ^ 8) - 8, so u = n ^ 8 = code + 8.
 struct Int4Codes {
   static constexpr bool kNibbles = true;
   static constexpr float kValueUnit = 1.0f;
-  static __m512i Unsigned64(const uint8_t* row, int piece) {
-    return _mm512_xor_si512(NibblesEvenOdd64(row + 32 * piece), _mm512_set1_epi8(8));
+  static constexpr int kValueBias = 8;
+  // Nibbles one per byte (each byte < 16) -> their unsigned codes.
+  static __m512i UnsignedOfNibbles(__m512i nibbles) {
+    return _mm512_xor_si512(nibbles, _mm512_set1_epi8(8));
   }
-  static __m512i Signed64(const uint8_t* row, int piece) {
-    const __m512i code = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1));
-    return _mm512_shuffle_epi8(code, NibblesEvenOdd64(row + 32 * piece));
+  static void ValuePairs(const uint8_t* a, const uint8_t* b, int piece, __m512i* pairs) {
+    PairNibbleWords64(a + 32 * piece, b + 32 * piece, pairs);
+    for (int c = 0; c < 4; ++c) pairs[c] = _mm512_xor_si512(pairs[c], _mm512_set1_epi16(8));
   }
+  static constexpr int ValueOfSlot(int slot) { return NibbleValueOfSlot(slot); }
 };
 
 // fp4 e2m1: twice a code's value is an integer in [-12, 12]; u = 2 v + 12
@@ -103,14 +142,20 @@ struct Int4Codes {
 struct Fp4Codes {
   static constexpr bool kNibbles = true;
   static constexpr float kValueUnit = 0.5f;
-  static __m512i Unsigned64(const uint8_t* row, int piece) {
-    return _mm512_add_epi8(Signed64(row, piece), _mm512_set1_epi8(12));
+  static constexpr int kValueBias = 12;
+  static __m512i UnsignedOfNibbles(__m512i nibbles) {
+    const __m512i twice_plus_12 = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    return _mm512_shuffle_epi8(twice_plus_12, nibbles);
   }
-  static __m512i Signed64(const uint8_t* row, int piece) {
-    const __m512i twice = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
-    return _mm512_shuffle_epi8(twice, NibblesEvenOdd64(row + 32 * piece));
+  // The table maps each word's zero high byte to 12 too; the mask clears it.
+  static void ValuePairs(const uint8_t* a, const uint8_t* b, int piece, __m512i* pairs) {
+    PairNibbleWords64(a + 32 * piece, b + 32 * piece, pairs);
+    for (int c = 0; c < 4; ++c) {
+      pairs[c] = _mm512_and_si512(UnsignedOfNibbles(pairs[c]), _mm512_set1_epi16(0xff));
+    }
   }
+  static constexpr int ValueOfSlot(int slot) { return NibbleValueOfSlot(slot); }
 };
 
 // A tile's keys as unsigned codes, transposed for the scores: word w of
@@ -120,8 +165,9 @@ struct KeyWords {
   alignas(64) uint32_t words[kMaxDim / 4][kTile];
 };
 
+// int8 rows: 16 keys' 64 codes of a piece, made unsigned, then transposed.
 template <class Codes>
-void TransposeKeys(const uint8_t* const* k_rows, int n, int pieces, KeyWords* keys) {
+void TransposeByteKeys(const uint8_t* const* k_rows, int n, int pieces, KeyWords* keys) {
   for (int half = 0; 16 * half < n; ++half) {
     for (int c = 0; c < pieces; ++c) {
       __m512i r[16];
@@ -131,6 +177,70 @@ void TransposeKeys(const uint8_t* const* k_rows, int n, int pieces, KeyWords* ke
       Transpose16x16(r);
       for (int w = 0; w < 16; ++w) _mm512_store_si512(keys->words[16 * c + w] + 16 * half, r[w]);
     }
+  }
+}
+
+// Transposes two 8 x 8 matrices of 32-bit words at once, one per 256-bit
+// half: r[i] word k of each half <- r[k] word i of that half.
+inline void Transpose8x8InHalves(__m512i* r) {
+  __m512i t[8], x[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // x[4a + e], 128-bit quarter Q: word 4 (Q % 2) + e of rows 4a..4a+3 of
+  // half Q / 2.
+  for (int a = 0; a < 2; ++a) {
+    x[4 * a + 0] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
+    x[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
+    x[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
+    x[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
+  }
+  // Word e: quarters 0 and 2 of x[e] (rows 0..3) and x[4 + e] (rows 4..7);
+  // word 4 + e: their quarters 1 and 3.
+  const __m512i even_quarters = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i odd_quarters = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int e = 0; e < 4; ++e) {
+    r[e] = _mm512_permutex2var_epi64(x[e], even_quarters, x[4 + e]);
+    r[4 + e] = _mm512_permutex2var_epi64(x[e], odd_quarters, x[4 + e]);
+  }
+}
+
+// int4 and fp4 rows: the packed bytes are transposed first (8 words per
+// 64 values, half the data of the codes) and the nibbles split after.
+// Packed word w of a row holds values 8w .. 8w + 7, the even ones in its
+// low nibbles: the codes' words w and 8 + w in their byte order.
+template <class Codes>
+void TransposeNibbleKeys(const uint8_t* const* k_rows, int n, int pieces, KeyWords* keys) {
+  const __m512i low_nibbles = _mm512_set1_epi8(15);
+  for (int half = 0; 16 * half < n; ++half) {
+    const uint8_t* rows[16];
+    for (int i = 0; i < 16; ++i) rows[i] = k_rows[std::min(16 * half + i, n - 1)];
+    for (int c = 0; c < pieces; ++c) {
+      __m512i r[8];  // rows i and 8 + i, one per half
+      for (int i = 0; i < 8; ++i) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + 32 * c));
+        const __m256i b =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[8 + i] + 32 * c));
+        r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+      }
+      Transpose8x8InHalves(r);
+      for (int w = 0; w < 8; ++w) {
+        const __m512i even = _mm512_and_si512(r[w], low_nibbles);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(r[w], 4), low_nibbles);
+        _mm512_store_si512(keys->words[16 * c + w] + 16 * half, Codes::UnsignedOfNibbles(even));
+        _mm512_store_si512(keys->words[16 * c + 8 + w] + 16 * half, Codes::UnsignedOfNibbles(odd));
+      }
+    }
+  }
+}
+
+template <class Codes>
+void TransposeKeys(const uint8_t* const* k_rows, int n, int pieces, KeyWords* keys) {
+  if constexpr (Codes::kNibbles) {
+    TransposeNibbleKeys<Codes>(k_rows, n, pieces, keys);
+  } else {
+    TransposeByteKeys<Codes>(k_rows, n, pieces, keys);
   }
 }
 
@@ -207,25 +317,6 @@ inline __m512 CodeScores16(const CodeQuery& query, int g, const __m512i* dots, i
   return _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s);
 }
 
-// Slot i of a piece's accumulators (vector i / 16, lane i % 16) holds the
-// value at byte ByteOfSlot(i) of the piece's signed codes: PairValues64
-// interleaves two rows' bytes 8 at a time within each 128-bit quarter, and
-// widening the low and high 256 bits takes quarters 0-1 and 2-3.
-constexpr int ByteOfSlot(int slot) {
-  const int vec = slot / 16, lane = slot % 16;
-  return 16 * (2 * (vec & 1) + lane / 8) + 8 * (vec >> 1) + lane % 8;
-}
-
-// Rows a and b's 64 signed codes as int16 pairs (a[i], b[i]) per 32-bit
-// lane, in slot order: what vpdpwssd multiplies by a pair of weights.
-inline void PairValues64(__m512i a, __m512i b, __m512i* pairs) {
-  const __m512i lo = _mm512_unpacklo_epi8(a, b), hi = _mm512_unpackhi_epi8(a, b);
-  pairs[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(lo));
-  pairs[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(lo, 1));
-  pairs[2] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(hi));
-  pairs[3] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(hi, 1));
-}
-
 // The weights of one head for one tile, rounded for the integer sum:
 // w_j * v_scale_j (* kValueUnit) = step * weight[j], weight[j] in
 // [0, 32767] an int16, step = the tile's largest / 32767; pair p of
@@ -234,8 +325,10 @@ inline void PairValues64(__m512i a, __m512i b, __m512i* pairs) {
 struct TileWeights {
   alignas(64) int32_t pairs[kMaxHeadsPerPass][kTile / 2];
   float step[kMaxHeadsPerPass];
+  int32_t sum[kMaxHeadsPerPass];  // of the head's int16 weights (kValueBias != 0 only)
 };
 
+template <class Codes>
 inline void RoundWeights(const float* w, __m512 vs0, __m512 vs1, int g, TileWeights* out) {
   const __m512 x0 = _mm512_mul_ps(_mm512_load_ps(w), vs0);
   const __m512 x1 = _mm512_mul_ps(_mm512_load_ps(w + 16), vs1);
@@ -251,13 +344,16 @@ inline void RoundWeights(const float* w, __m512 vs0, __m512 vs1, int g, TileWeig
     q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, to_steps));
   }
   out->step[g] = !finite ? std::numeric_limits<float>::quiet_NaN() : largest * (1.0f / 32767.0f);
+  if constexpr (Codes::kValueBias != 0)
+    out->sum[g] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
   _mm256_store_si256(reinterpret_cast<__m256i*>(out->pairs[g]), _mm512_cvtsepi32_epi16(q0));
   _mm256_store_si256(reinterpret_cast<__m256i*>(out->pairs[g] + 8), _mm512_cvtsepi32_epi16(q1));
 }
 
 // For kHeads heads (pass indices heads[0, kHeads)), piece `piece` of the
-// values: acc = sum_j weight[j] * code_j over the first n keys in int32
-// (exact: |acc| <= 32 * 32767 * 128 < 2^31, so in any order), then
+// values: acc = sum_j weight[j] * (code_j + kValueBias) over the first n
+// keys in int32, less kValueBias * sum_j weight[j] (exact: every partial
+// sum is below 32 * 32767 * 128 < 2^31, so in any order), then
 // out = out * corr + acc * step, out in slot order.
 template <class Codes, int kHeads>
 void AccumulateCodes(HeadPass& pass, const int* heads, const float* corr, const TileWeights& tw,
@@ -269,8 +365,7 @@ void AccumulateCodes(HeadPass& pass, const int* heads, const float* corr, const 
   for (int j = 0; j < n; j += 2) {
     // An odd n pairs the last row with itself; its partner's weight is 0.
     __m512i pairs[4];
-    PairValues64(Codes::Signed64(v_rows[j], piece),
-                 Codes::Signed64(v_rows[std::min(j + 1, n - 1)], piece), pairs);
+    Codes::ValuePairs(v_rows[j], v_rows[std::min(j + 1, n - 1)], piece, pairs);
     for (int h = 0; h < kHeads; ++h) {
       const __m512i wj = _mm512_set1_epi32(tw.pairs[heads[h]][j / 2]);
       for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_dpwssd_epi32(acc[h][c], pairs[c], wj);
@@ -280,6 +375,10 @@ void AccumulateCodes(HeadPass& pass, const int* heads, const float* corr, const 
     const int g = heads[h];
     float* out = pass.out[g] + 64 * piece;
     const __m512 ch = _mm512_set1_ps(corr[g]), step = _mm512_set1_ps(tw.step[g]);
+    if constexpr (Codes::kValueBias != 0) {
+      const __m512i bias = _mm512_set1_epi32(Codes::kValueBias * tw.sum[g]);
+      for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_sub_epi32(acc[h][c], bias);
+    }
     for (int c = 0; c < 4; ++c) {
       const __m512 kept = _mm512_mul_ps(_mm512_loadu_ps(out + 16 * c), ch);
       _mm512_storeu_ps(out + 16 * c, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][c]), step, kept));
@@ -326,7 +425,7 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
   };
   const auto round_weights = [&](const int* heads, int count, float* const* rows) {
     for (int i = 0; i < count; ++i) {
-      RoundWeights(rows[i], vs0, vs1, heads[i], &tw);  // weights past ng are 0
+      RoundWeights<Codes>(rows[i], vs0, vs1, heads[i], &tw);  // weights past ng are 0
     }
   };
   SoftmaxOfActiveHeads(
@@ -355,15 +454,27 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
   }
 }
 
+// Every value of a piece has exactly one slot.
+template <class Codes>
+constexpr bool SlotsCoverPiece() {
+  bool seen[64] = {};
+  for (int slot = 0; slot < 64; ++slot) {
+    const int value = Codes::ValueOfSlot(slot);
+    if (value < 0 || value >= 64 || seen[value]) return false;
+    seen[value] = true;
+  }
+  return true;
+}
+static_assert(SlotsCoverPiece<Int8Codes>() && SlotsCoverPiece<Int4Codes>() &&
+              SlotsCoverPiece<Fp4Codes>());
+
 template <class Codes>
 void RestoreValueOrder(int dim, float* out) {
   float slots[kMaxDim];
   std::copy(out, out + dim, slots);
   for (int piece = 0; piece < dim / 64; ++piece) {
     for (int slot = 0; slot < 64; ++slot) {
-      const int byte = ByteOfSlot(slot);
-      const int d = Codes::kNibbles ? (byte < 32 ? 2 * byte : 2 * (byte - 32) + 1) : byte;
-      out[64 * piece + d] = slots[64 * piece + slot];
+      out[64 * piece + Codes::ValueOfSlot(slot)] = slots[64 * piece + slot];
     }
   }
 }
