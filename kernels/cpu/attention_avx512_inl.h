@@ -125,7 +125,7 @@ inline void SoftmaxStep4(const PagedAttentionParams& p, HeadPass& pass, const in
     }
   }
   // Slots past count repeat head 0; their lanes are computed and dropped.
-  alignas(16) float m_old[4], l_old[4];
+  float m_old[4], l_old[4];
   __m512 tile_max[4];
   for (int i = 0; i < count; ++i) {
     m_old[i] = pass.m[heads[i]];
@@ -138,11 +138,22 @@ inline void SoftmaxStep4(const PagedAttentionParams& p, HeadPass& pass, const in
     tile_max[i] = tile_max[0];
   }
   // The max is exact in any order; -inf lanes never win over a real key.
-  // max_ps(t, m) keeps m unless t > m, as std::max(m, t) does.
-  const __m128 vm_old = _mm_load_ps(m_old);
-  const __m128 new_m = _mm_max_ps(ReduceEach4<Max512>(tile_max), vm_old);
-  const __m128 vcorr =
-      _mm512_castps512_ps128(Exp512(_mm512_zextps128_ps512(_mm_sub_ps(vm_old, new_m))));
+  // max_ps(t, m) keeps m unless t > m, as std::max(m, t) does. So where
+  // every m_old is finite and no score exceeds it, m stays and the
+  // correction is exp(0) = 1 exactly (Exp512(0) is 1): the reduction and
+  // the exp are skipped, the bits the same. After a pass's first tiles
+  // that is the common case.
+  const __m128 vm_old = _mm_setr_ps(m_old[0], m_old[1], m_old[2], m_old[3]);
+  bool max_kept = true;
+  for (int i = 0; i < count; ++i) {
+    max_kept = max_kept && std::isfinite(m_old[i]) &&
+               _mm512_cmp_ps_mask(tile_max[i], _mm512_set1_ps(m_old[i]), _CMP_GT_OQ) == 0;
+  }
+  __m128 new_m = vm_old, vcorr = _mm_set1_ps(1.0f);
+  if (!max_kept) {
+    new_m = _mm_max_ps(ReduceEach4<Max512>(tile_max), vm_old);
+    vcorr = _mm512_castps512_ps128(Exp512(_mm512_zextps128_ps512(_mm_sub_ps(vm_old, new_m))));
+  }
   alignas(16) float m_new[4];
   _mm_store_ps(m_new, new_m);
   __m512 e[4];
@@ -156,7 +167,8 @@ inline void SoftmaxStep4(const PagedAttentionParams& p, HeadPass& pass, const in
   }
   for (int i = count; i < 4; ++i) e[i] = e[0];
   alignas(16) float l_new[4], c[4];
-  _mm_store_ps(l_new, _mm_add_ps(_mm_mul_ps(_mm_load_ps(l_old), vcorr), ReduceEach4<Add512>(e)));
+  const __m128 vl_old = _mm_setr_ps(l_old[0], l_old[1], l_old[2], l_old[3]);
+  _mm_store_ps(l_new, _mm_add_ps(_mm_mul_ps(vl_old, vcorr), ReduceEach4<Add512>(e)));
   _mm_store_ps(c, vcorr);
   for (int i = 0; i < count; ++i) {
     pass.m[heads[i]] = m_new[i];

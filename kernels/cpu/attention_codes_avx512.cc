@@ -165,15 +165,25 @@ struct KeyWords {
   alignas(64) uint32_t words[kMaxDim / 4][kTile];
 };
 
+// The row pointers of keys 16 half .. 16 half + 15 of a tile of n: in
+// place when the tile has them all, else in `padded`, the keys past n a
+// copy of its last.
+inline const uint8_t* const* KeysOfHalf(const uint8_t* const* k_rows, int n, int half,
+                                        const uint8_t** padded) {
+  if (16 * half + 16 <= n) return k_rows + 16 * half;
+  for (int i = 0; i < 16; ++i) padded[i] = k_rows[std::min(16 * half + i, n - 1)];
+  return padded;
+}
+
 // int8 rows: 16 keys' 64 codes of a piece, made unsigned, then transposed.
 template <class Codes>
 void TransposeByteKeys(const uint8_t* const* k_rows, int n, int pieces, KeyWords* keys) {
   for (int half = 0; 16 * half < n; ++half) {
+    const uint8_t* padded[16];
+    const uint8_t* const* rows = KeysOfHalf(k_rows, n, half, padded);
     for (int c = 0; c < pieces; ++c) {
       __m512i r[16];
-      for (int i = 0; i < 16; ++i) {
-        r[i] = Codes::Unsigned64(k_rows[std::min(16 * half + i, n - 1)], c);
-      }
+      for (int i = 0; i < 16; ++i) r[i] = Codes::Unsigned64(rows[i], c);
       Transpose16x16(r);
       for (int w = 0; w < 16; ++w) _mm512_store_si512(keys->words[16 * c + w] + 16 * half, r[w]);
     }
@@ -214,8 +224,8 @@ template <class Codes>
 void TransposeNibbleKeys(const uint8_t* const* k_rows, int n, int pieces, KeyWords* keys) {
   const __m512i low_nibbles = _mm512_set1_epi8(15);
   for (int half = 0; 16 * half < n; ++half) {
-    const uint8_t* rows[16];
-    for (int i = 0; i < 16; ++i) rows[i] = k_rows[std::min(16 * half + i, n - 1)];
+    const uint8_t* padded[16];
+    const uint8_t* const* rows = KeysOfHalf(k_rows, n, half, padded);
     for (int c = 0; c < pieces; ++c) {
       __m512i r[8];  // rows i and 8 + i, one per half
       for (int i = 0; i < 8; ++i) {
