@@ -52,28 +52,34 @@ constexpr int kGroupHeads = 3;
 // (the odd values) as bytes 32..63, as PrepareCodeQuery lays out q. The
 // scores read a piece in halves (bytes 32 h .. 32 h + 31), the values in
 // quarters (16 q .. 16 q + 15).
-inline __m256i NibblesOfHalf(const uint8_t* row, int piece, int half) {
+inline void NibblesOfHalves(const uint8_t* row, int piece, __m256i* half0, __m256i* half1) {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * piece));
   const __m256i mask = _mm256_set1_epi8(15);
-  return half == 0 ? _mm256_and_si256(b, mask) : _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+  *half0 = _mm256_and_si256(b, mask);
+  *half1 = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
 }
 
-inline __m128i NibblesOfQuarter(const uint8_t* row, int piece, int quarter) {
+template <int kQuarter>
+inline __m128i NibblesOfQuarter(const uint8_t* row, int piece) {
   const __m128i b =
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 32 * piece + 16 * (quarter % 2)));
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 32 * piece + 16 * (kQuarter % 2)));
   const __m128i mask = _mm_set1_epi8(15);
-  return quarter < 2 ? _mm_and_si128(b, mask) : _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+  return kQuarter < 2 ? _mm_and_si128(b, mask) : _mm_and_si128(_mm_srli_epi16(b, 4), mask);
 }
 
 // int4: nibble n holds code (n ^ 8) - 8, so u = n ^ 8 = code + 8.
 struct Int4Codes {
   static constexpr float kValueUnit = 1.0f;
-  static __m256i Unsigned32(const uint8_t* row, int piece, int half) {
-    return _mm256_xor_si256(NibblesOfHalf(row, piece, half), _mm256_set1_epi8(8));
+  // Both halves of a piece (bytes 0..31 and 32..63) as unsigned codes.
+  static void Unsigned64(const uint8_t* row, int piece, __m256i* half0, __m256i* half1) {
+    NibblesOfHalves(row, piece, half0, half1);
+    *half0 = _mm256_xor_si256(*half0, _mm256_set1_epi8(8));
+    *half1 = _mm256_xor_si256(*half1, _mm256_set1_epi8(8));
   }
-  static __m128i Signed16(const uint8_t* row, int piece, int quarter) {
+  template <int kQuarter>
+  static __m128i Signed16(const uint8_t* row, int piece) {
     const __m128i code = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
-    return _mm_shuffle_epi8(code, NibblesOfQuarter(row, piece, quarter));
+    return _mm_shuffle_epi8(code, NibblesOfQuarter<kQuarter>(row, piece));
   }
 };
 
@@ -81,23 +87,26 @@ struct Int4Codes {
 // (the query's scale carries the 1/2, and kValueUnit the values').
 struct Fp4Codes {
   static constexpr float kValueUnit = 0.5f;
-  static __m256i Unsigned32(const uint8_t* row, int piece, int half) {
+  static void Unsigned64(const uint8_t* row, int piece, __m256i* half0, __m256i* half1) {
     const __m256i unsigned_twice = _mm256_broadcastsi128_si256(
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    return _mm256_shuffle_epi8(unsigned_twice, NibblesOfHalf(row, piece, half));
+    NibblesOfHalves(row, piece, half0, half1);
+    *half0 = _mm256_shuffle_epi8(unsigned_twice, *half0);
+    *half1 = _mm256_shuffle_epi8(unsigned_twice, *half1);
   }
-  static __m128i Signed16(const uint8_t* row, int piece, int quarter) {
+  template <int kQuarter>
+  static __m128i Signed16(const uint8_t* row, int piece) {
     const __m128i twice = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    return _mm_shuffle_epi8(twice, NibblesOfQuarter(row, piece, quarter));
+    return _mm_shuffle_epi8(twice, NibblesOfQuarter<kQuarter>(row, piece));
   }
 };
 
 // Scores of kHeads heads g[0..kHeads) over the tile's keys into
 // s[g[h]][0 .. nk rounded up to 4) (nk: the group's largest key count);
 // a key past nk reads key j0's row, and the softmax masks its score. Four
-// keys at a time, each half piece of a row unpacked once for the heads;
-// loops ordered so that the 12 accumulators, the heads' query vectors and
-// one key vector fill the 16 registers.
+// keys at a time, each piece of a row unpacked once for the heads; the 12
+// accumulators, the piece's two unsigned halves and the ones fill the 16
+// registers, and q is read from memory by the multiplies.
 template <class Codes, int kHeads>
 void CodeScoreGroup(const CodeQuery& query, const int* g, int nk, int pieces,
                     const uint8_t* const* k_rows, const float* k_scales, float (*s)[kTile],
@@ -111,22 +120,20 @@ void CodeScoreGroup(const CodeQuery& query, const int* g, int nk, int pieces,
     for (int i = 0; i < 4; ++i) {
       for (int h = 0; h < kHeads; ++h) acc[i][h] = _mm256_setzero_si256();
     }
-    // vpmaddubsw: u (<= 24) times q8 (|q8| <= 127), pairs summed in
-    // int16 without saturating; vpmaddwd by ones sums them into int32.
+    // vpmaddubsw: u (<= 24) times q8 (|q8| <= 127), pairs summed in int16
+    // without saturating (<= 6096); the two halves' pair sums added in
+    // int16 (<= 12192), then vpmaddwd by ones sums them into int32.
     const __m256i ones = _mm256_set1_epi16(1);
     for (int c = 0; c < pieces; ++c) {
-      for (int half = 0; half < 2; ++half) {
-        __m256i q[kHeads];
+      for (int i = 0; i < 4; ++i) {
+        __m256i u0, u1;
+        Codes::Unsigned64(k[i], c, &u0, &u1);
         for (int h = 0; h < kHeads; ++h) {
-          q[h] = _mm256_load_si256(
-              reinterpret_cast<const __m256i*>(query.q[g[h]] + 64 * c + 32 * half));
-        }
-        for (int i = 0; i < 4; ++i) {
-          const __m256i u = Codes::Unsigned32(k[i], c, half);
-          for (int h = 0; h < kHeads; ++h) {
-            acc[i][h] =
-                _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(_mm256_maddubs_epi16(u, q[h]), ones));
-          }
+          const __m256i* q = reinterpret_cast<const __m256i*>(query.q[g[h]] + 64 * c);
+          const __m256i pair_sums =
+              _mm256_add_epi16(_mm256_maddubs_epi16(u0, _mm256_load_si256(q)),
+                               _mm256_maddubs_epi16(u1, _mm256_load_si256(q + 1)));
+          acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(pair_sums, ones));
         }
       }
     }
@@ -195,20 +202,20 @@ inline void RoundWeights(const float* w, int n, const float* vs, int g, TileWeig
   }
 }
 
-// For kHeads heads (pass indices heads[0, kHeads)), bytes 16 quarter ..
-// 16 quarter + 15 of piece `piece` of the values: acc = sum_j weight[j] *
+// For kHeads heads (pass indices heads[0, kHeads)), bytes 16 kQuarter ..
+// 16 kQuarter + 15 of piece `piece` of the values: acc = sum_j weight[j] *
 // code_j over the first n keys in int32 (exact: |acc| <= 32 * 32767 * 12
 // < 2^31), then out = out * corr + acc * step, out in byte order.
-template <class Codes, int kHeads>
+// v_rows holds n rounded up to even rows (an odd n's last row twice; its
+// partner's weight is 0).
+template <class Codes, int kHeads, int kQuarter>
 void AccumulateCodeQuarter(HeadPass& pass, const int* heads, const float* corr,
-                           const TileWeights& tw, const uint8_t* const* v_rows, int n, int piece,
-                           int quarter) {
+                           const TileWeights& tw, const uint8_t* const* v_rows, int n, int piece) {
   __m256i acc[kHeads][2];
   for (int h = 0; h < kHeads; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_si256();
   for (int j = 0; j < n; j += 2) {
-    // An odd n pairs the last row with itself; its partner's weight is 0.
-    const __m128i a = Codes::Signed16(v_rows[j], piece, quarter);
-    const __m128i b = Codes::Signed16(v_rows[std::min(j + 1, n - 1)], piece, quarter);
+    const __m128i a = Codes::template Signed16<kQuarter>(v_rows[j], piece);
+    const __m128i b = Codes::template Signed16<kQuarter>(v_rows[j + 1], piece);
     // (a[i], b[i]) as int16 pairs: bytes 0-7, then 8-15.
     const __m256i lo = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
     const __m256i hi = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, b));
@@ -220,12 +227,37 @@ void AccumulateCodeQuarter(HeadPass& pass, const int* heads, const float* corr,
   }
   for (int h = 0; h < kHeads; ++h) {
     const int g = heads[h];
-    float* out = pass.out[g] + 64 * piece + 16 * quarter;
+    float* out = pass.out[g] + 64 * piece + 16 * kQuarter;
     const __m256 ch = _mm256_set1_ps(corr[g]), step = _mm256_set1_ps(tw.step[g]);
     for (int v = 0; v < 2; ++v) {
       const __m256 kept = _mm256_mul_ps(_mm256_loadu_ps(out + 8 * v), ch);
       _mm256_storeu_ps(out + 8 * v, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][v]), step, kept));
     }
+  }
+}
+
+// AccumulateCodeQuarter for every active head, in groups; a head's weights
+// past its own key count are 0, so sharing keys with heads that attend
+// more adds exact zeros.
+template <class Codes, int kQuarter>
+void AccumulateQuarterOfHeads(HeadPass& pass, const int* active, int num_active, const float* corr,
+                              const TileWeights& tw, const uint8_t* const* pair_rows, int n,
+                              int piece) {
+  for (int i = 0; i < num_active;) {
+    const int size = NextHeadGroupSize(num_active - i, kGroupHeads);
+    const int* heads = active + i;
+    switch (size) {
+      case 3:
+        AccumulateCodeQuarter<Codes, 3, kQuarter>(pass, heads, corr, tw, pair_rows, n, piece);
+        break;
+      case 2:
+        AccumulateCodeQuarter<Codes, 2, kQuarter>(pass, heads, corr, tw, pair_rows, n, piece);
+        break;
+      default:
+        AccumulateCodeQuarter<Codes, 1, kQuarter>(pass, heads, corr, tw, pair_rows, n, piece);
+        break;
+    }
+    i += size;
   }
 }
 
@@ -275,27 +307,16 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
     i += size;
   }
   next_tile.IssueRest();  // if no head attends any key of this tile
-  // The heads in groups; a head's weights past its own key count are 0, so
-  // sharing keys with heads that attend more adds exact zeros.
+  if (most_keys == 0) return;
+  // Value rows in pairs: an odd count's last row twice.
+  const uint8_t* pair_rows[kTile + 1];
+  std::copy_n(v_rows, most_keys, pair_rows);
+  pair_rows[most_keys] = pair_rows[most_keys - 1];
   for (int c = 0; c < pieces; ++c) {
-    for (int quarter = 0; quarter < 4; ++quarter) {
-      for (int i = 0; i < num_active;) {
-        const int size = NextHeadGroupSize(num_active - i, kGroupHeads);
-        const int* heads = active + i;
-        switch (size) {
-          case 3:
-            AccumulateCodeQuarter<Codes, 3>(pass, heads, corr, tw, v_rows, most_keys, c, quarter);
-            break;
-          case 2:
-            AccumulateCodeQuarter<Codes, 2>(pass, heads, corr, tw, v_rows, most_keys, c, quarter);
-            break;
-          default:
-            AccumulateCodeQuarter<Codes, 1>(pass, heads, corr, tw, v_rows, most_keys, c, quarter);
-            break;
-        }
-        i += size;
-      }
-    }
+    AccumulateQuarterOfHeads<Codes, 0>(pass, active, num_active, corr, tw, pair_rows, most_keys, c);
+    AccumulateQuarterOfHeads<Codes, 1>(pass, active, num_active, corr, tw, pair_rows, most_keys, c);
+    AccumulateQuarterOfHeads<Codes, 2>(pass, active, num_active, corr, tw, pair_rows, most_keys, c);
+    AccumulateQuarterOfHeads<Codes, 3>(pass, active, num_active, corr, tw, pair_rows, most_keys, c);
   }
 }
 
