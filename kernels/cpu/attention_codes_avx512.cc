@@ -364,7 +364,9 @@ inline void RoundWeights(const float* w, __m512 vs0, __m512 vs1, int g, TileWeig
 // values: acc = sum_j weight[j] * (code_j + kValueBias) over the first n
 // keys in int32, less kValueBias * sum_j weight[j] (exact: every partial
 // sum is below 32 * 32767 * 128 < 2^31, so in any order), then
-// out = out * corr + acc * step, out in slot order.
+// out = out * corr + acc * step, out in slot order. v_rows holds n
+// rounded up to even rows (an odd n's last row twice; its partner's weight
+// is 0).
 template <class Codes, int kHeads>
 void AccumulateCodes(HeadPass& pass, const int* heads, const float* corr, const TileWeights& tw,
                      const uint8_t* const* v_rows, int n, int piece) {
@@ -373,9 +375,8 @@ void AccumulateCodes(HeadPass& pass, const int* heads, const float* corr, const 
     for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_si512();
   }
   for (int j = 0; j < n; j += 2) {
-    // An odd n pairs the last row with itself; its partner's weight is 0.
     __m512i pairs[4];
-    Codes::ValuePairs(v_rows[j], v_rows[std::min(j + 1, n - 1)], piece, pairs);
+    Codes::ValuePairs(v_rows[j], v_rows[j + 1], piece, pairs);
     for (int h = 0; h < kHeads; ++h) {
       const __m512i wj = _mm512_set1_epi32(tw.pairs[heads[h]][j / 2]);
       for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_dpwssd_epi32(acc[h][c], pairs[c], wj);
@@ -442,22 +443,27 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
       p, pass, active, num_active, next_tile, corr, score, [&](int i, int) { return w[i]; },
       round_weights);
   if (next_tile != nullptr) next_tile->IssueRest();
+  if (most_keys == 0) return;
+  // Value rows in pairs: an odd count's last row twice.
+  const uint8_t* pair_rows[kTile + 1];
+  std::copy_n(v_rows, most_keys, pair_rows);
+  pair_rows[most_keys] = pair_rows[most_keys - 1];
   // The heads four at a time; a head's weights past its own key count are
   // 0, so sharing a block with heads that attend more keys adds exact zeros.
   for (int c = 0; c < pieces; ++c) {
     for (int a = 0; a < num_active; a += 4) {
       switch (std::min(4, num_active - a)) {
         case 4:
-          AccumulateCodes<Codes, 4>(pass, active + a, corr, tw, v_rows, most_keys, c);
+          AccumulateCodes<Codes, 4>(pass, active + a, corr, tw, pair_rows, most_keys, c);
           break;
         case 3:
-          AccumulateCodes<Codes, 3>(pass, active + a, corr, tw, v_rows, most_keys, c);
+          AccumulateCodes<Codes, 3>(pass, active + a, corr, tw, pair_rows, most_keys, c);
           break;
         case 2:
-          AccumulateCodes<Codes, 2>(pass, active + a, corr, tw, v_rows, most_keys, c);
+          AccumulateCodes<Codes, 2>(pass, active + a, corr, tw, pair_rows, most_keys, c);
           break;
         default:
-          AccumulateCodes<Codes, 1>(pass, active + a, corr, tw, v_rows, most_keys, c);
+          AccumulateCodes<Codes, 1>(pass, active + a, corr, tw, pair_rows, most_keys, c);
           break;
       }
     }
