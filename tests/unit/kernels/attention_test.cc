@@ -396,6 +396,54 @@ TEST(PagedAttentionTest, SoftcapAndScale) {
   }
 }
 
+// The running max must move when a later tile's scores exceed it by far:
+// keys 0..39 and 43..63 score 0, keys 40..42 score 200 (exactly, in fp32).
+// The softmax puts all the weight on those three (exp(-200) is 0 in fp32),
+// and a step that kept the first tile's max would weigh them exp(200),
+// beyond fp32's range, and overflow (the AVX-512 step skips the max
+// reduction when no score exceeds the running max: this is the case it
+// must not skip).
+TEST(PagedAttentionTest, ScoresFarAboveTheFirstTilesMax) {
+  constexpr int kDim = 64, kBlock = 16, kLen = 64;
+  std::vector<float> k_cache(kLen * kDim, 0.0f), v_cache(kLen * kDim);
+  for (int j = 0; j < kLen; ++j) {
+    for (int d = 0; d < kDim; ++d) {
+      v_cache[j * kDim + d] = j >= 40 && j <= 42 ? 2.0f + 0.5f * ((j + d) % 3) : 0.25f * (d % 5);
+      if (j >= 40 && j <= 42) k_cache[j * kDim + d] = 25.0f;  // q . k * 1/8 = 200
+    }
+  }
+  std::vector<float> q(kDim, 1.0f);
+  const std::vector<int32_t> block_ids = {0, 1, 2, 3}, table_start = {0, 4};
+  const int32_t seq = 0, pos = kLen - 1;
+  for (CpuIsa isa : AvailableIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsaOverride force(isa);
+    std::vector<float> out(kDim, kNaN);
+    PagedAttentionParams p;
+    p.q = q.data();
+    p.q_stride = kDim;
+    p.out = out.data();
+    p.k_cache = k_cache.data();
+    p.v_cache = v_cache.data();
+    p.num_tokens = 1;
+    p.num_heads = 1;
+    p.num_kv_heads = 1;
+    p.head_dim = kDim;
+    p.block_size = kBlock;
+    p.token_seq = &seq;
+    p.token_pos = &pos;
+    p.block_table_start = table_start.data();
+    p.block_ids = block_ids.data();
+    p.scale = 0.125f;
+    PagedAttention(p, nullptr);
+    for (int d = 0; d < kDim; ++d) {
+      const float expected =
+          (v_cache[40 * kDim + d] + v_cache[41 * kDim + d] + v_cache[42 * kDim + d]) / 3.0f;
+      ASSERT_NEAR(out[d], expected, 1e-5f) << "d " << d;
+    }
+  }
+}
+
 TEST(WriteKvCacheTest, LayoutAndSkippedSlots) {
   const int64_t kvh = 2, dim = 3, bs = 4, blocks = 3;
   std::vector<float> kc(blocks * kvh * bs * dim, kNaN), vc(kc.size(), kNaN);
