@@ -1,12 +1,12 @@
 // KV cache formats, CPU decode attention: batch 8 x 8,192-token contexts,
-// GQA 9 / 3 heads, head dim 64, block 16, one query per sequence. Per format:
-// time against the fp32 cache in the same run, bytes of K/V read per second
-// (data and scales) against the copy bandwidth measured in the same run
-// (target >= 60%), and the attention's multiply-adds (2 x head_dim per query
-// head and key: q.k and p.v) against the peak FMA rate measured in the same
-// run: the rooflines a format can hit. "of pattern read" divides by the rate
-// of reading the same bytes in the same order and doing nothing else
-// (ReadLikeAttention).
+// GQA 9 / 3 heads (--heads), head dim 64, block 16, one query per sequence.
+// Per format: time against the fp32 cache in the same run, bytes of K/V
+// read per second (data and scales) against the copy bandwidth measured in
+// the same run (target >= 60%), and the attention's multiply-adds (2 x
+// head_dim per query head and key: q.k and p.v) against the peak FMA rate
+// measured in the same run: the rooflines a format can hit. "of pattern
+// read" divides by the rate of reading the same bytes in the same order and
+// doing nothing else (ReadLikeAttention).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -25,10 +25,11 @@
 namespace kvserve::bench {
 namespace {
 
-constexpr int kHeads = 9, kKvHeads = 3, kDim = 64;
-int kBlock = 16;             // --block
-int kSeqs = 8, kCtx = 8192;  // --seqs, --ctx
-int kQueries = 1;            // --queries: query tokens per sequence (a prefill chunk's)
+constexpr int kDim = 64;
+int kHeads = 9, kKvHeads = 3;  // --heads=Q/KV
+int kBlock = 16;               // --block
+int kSeqs = 8, kCtx = 8192;    // --seqs, --ctx
+int kQueries = 1;              // --queries: query tokens per sequence (a prefill chunk's)
 
 struct Result {
   double seconds;
@@ -167,7 +168,9 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
 // (tokens per KV block, default 16), --threads=N (default: all cores),
 // --queries=N (default 1: decode; N > 1: each sequence's last N positions
 // attend at once, as a prefill chunk's tokens do; "GB/s read" still counts
-// the K/V bytes once, and "of FMA peak" the arithmetic of all N).
+// the K/V bytes once, and "of FMA peak" the arithmetic of all N),
+// --heads=Q/KV (query and KV heads, default 9/3; Q a multiple of KV: 32/8
+// gives Llama-3's four query heads per KV head).
 int Main(int argc, char** argv) {
   int reps = 5, threads = 0;
   std::string formats;
@@ -182,7 +185,16 @@ int Main(int argc, char** argv) {
     if (value("--ctx=") > 0) kCtx = value("--ctx=");
     if (value("--threads=") > 0) threads = value("--threads=");
     if (value("--queries=") > 0) kQueries = std::min(value("--queries="), kCtx);
+    if (arg.rfind("--heads=", 0) == 0 &&
+        std::sscanf(arg.c_str(), "--heads=%d/%d", &kHeads, &kKvHeads) != 2) {
+      std::fprintf(stderr, "--heads wants Q/KV, e.g. --heads=32/8\n");
+      return 2;
+    }
     if (arg.rfind("--formats=", 0) == 0) formats = std::string(",").append(arg, 10).append(",");
+  }
+  if (kHeads < 1 || kKvHeads < 1 || kHeads % kKvHeads != 0) {
+    std::fprintf(stderr, "--heads=%d/%d: need Q a positive multiple of KV\n", kHeads, kKvHeads);
+    return 2;
   }
   kCtx = std::max(kCtx / kBlock * kBlock, kBlock);
   kQueries = std::min(kQueries, kCtx);
