@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,8 +33,9 @@ int kSeqs = 8, kCtx = 8192;    // --seqs, --ctx
 int kQueries = 1;              // --queries: query tokens per sequence (a prefill chunk's)
 
 struct Result {
-  double seconds;
-  double bytes;                          // K and V read: data + scales
+  double seconds;       // the best call, what the previous call left in cache
+  double cold_seconds;  // the best call after the caches were evicted (0: not timed)
+  double bytes;         // K and V read: data + scales
   double read_pattern_bytes_per_second;  // the same bytes, read alone (ReadLikeAttention)
 };
 
@@ -95,7 +97,7 @@ double ReadLikeAttention(engine::KvCache& cache, const std::vector<int32_t>& ids
   return 2.0 * kSeqs * kCtx * kKvHeads * shape.bytes_per_row() / t;
 }
 
-Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
+Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps, CacheEvictor* evictor) {
   const int blocks_per_seq = kCtx / kBlock;
   engine::KvCache cache({.num_layers = 1,
                          .num_blocks = int64_t{kSeqs} * blocks_per_seq,
@@ -158,9 +160,11 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
                                         .block_table_start = starts.data(),
                                         .block_ids = ids.data(),
                                         .scale = 0.125f};
-  const double t = BestTime(reps, [&] { kernels::PagedAttention(p, pool); });
+  const auto attend = [&] { kernels::PagedAttention(p, pool); };
+  const double t = BestTime(reps, attend);
+  const double cold = evictor != nullptr ? BestColdTime(reps, *evictor, attend) : 0.0;
   const double bytes = 2.0 * kSeqs * kCtx * kKvHeads * cache.shape().bytes_per_row();
-  return {t, bytes, ReadLikeAttention(cache, ids, pool, reps)};
+  return {t, cold, bytes, ReadLikeAttention(cache, ids, pool, reps)};
 }
 
 // Flags: --reps=N (best of N calls, default 5), --formats=a,b (default all),
@@ -170,9 +174,18 @@ Result Run(engine::KvCacheDtype dtype, kernels::ThreadPool* pool, int reps) {
 // attend at once, as a prefill chunk's tokens do; "GB/s read" still counts
 // the K/V bytes once, and "of FMA peak" the arithmetic of all N),
 // --heads=Q/KV (query and KV heads, default 9/3; Q a multiple of KV: 32/8
-// gives Llama-3's four query heads per KV head).
+// gives Llama-3's four query heads per KV head), --evict_mb=N (default
+// 256; 0: no cold columns).
+//
+// Two times per format. "ms" is the best call with whatever the call before
+// it left in the caches: a cache smaller than the last-level cache (this
+// bench's 4- and 8-bit formats at 9 / 3 heads fit a 32 MiB L3) is then read
+// from it, not from memory. "cold ms" evicts the caches first (reads an
+// --evict_mb buffer before each call, untimed), as a server's KV blocks are
+// gone from cache by the next decode step when many sequences share it;
+// "cold of copy" is that call's bytes per second against the copy rate.
 int Main(int argc, char** argv) {
-  int reps = 5, threads = 0;
+  int reps = 5, threads = 0, evict_mb = 256;
   std::string formats;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -185,6 +198,7 @@ int Main(int argc, char** argv) {
     if (value("--ctx=") > 0) kCtx = value("--ctx=");
     if (value("--threads=") > 0) threads = value("--threads=");
     if (value("--queries=") > 0) kQueries = std::min(value("--queries="), kCtx);
+    if (value("--evict_mb=") >= 0) evict_mb = value("--evict_mb=");
     if (arg.rfind("--heads=", 0) == 0 &&
         std::sscanf(arg.c_str(), "--heads=%d/%d", &kHeads, &kKvHeads) != 2) {
       std::fprintf(stderr, "--heads wants Q/KV, e.g. --heads=32/8\n");
@@ -212,8 +226,10 @@ int Main(int argc, char** argv) {
       "%s PagedAttention, %d seqs x %d tokens (%d queries each), %d / %d heads, d=%d, block %d\n",
       kQueries > 1 ? "prefill-chunk" : "decode", kSeqs, kCtx, kQueries, kHeads, kKvHeads, kDim,
       kBlock);
-  std::printf("%-10s %10s %10s %12s %10s %16s %12s\n", "format", "ms", "vs fp32", "GB/s read",
-              "of copy", "of pattern read", "of FMA peak");
+  std::printf("%-10s %10s %10s %12s %10s %16s %12s %9s %13s\n", "format", "ms", "vs fp32",
+              "GB/s read", "of copy", "of pattern read", "of FMA peak", "cold ms", "cold of copy");
+  std::optional<CacheEvictor> evictor;
+  if (evict_mb > 0) evictor.emplace(size_t(evict_mb) << 20);
   const double flops =
       2.0 * 2.0 * kSeqs * kQueries * kHeads * static_cast<double>(kCtx) * kDim;  // 2 per FMA
   double fp32_time = 0;
@@ -223,14 +239,18 @@ int Main(int argc, char** argv) {
         formats.find(std::string(",").append(name).append(",")) == std::string::npos) {
       continue;
     }
-    const Result r = Run(d, &pool, reps);
+    const Result r = Run(d, &pool, reps, evictor ? &*evictor : nullptr);
     if (d == engine::KvCacheDtype::kFloat32) fp32_time = r.seconds;
     // "vs fp32" is 0 when --formats left fp32 (auto) out.
-    std::printf("%-10s %10.3f %9.2fx %12.2f %9.1f%% %15.1f%% %11.1f%%\n", name.c_str(),
+    std::printf("%-10s %10.3f %9.2fx %12.2f %9.1f%% %15.1f%% %11.1f%%", name.c_str(),
                 1e3 * r.seconds, fp32_time / r.seconds, r.bytes / r.seconds / 1e9,
                 100 * r.bytes / r.seconds / copy,
                 100 * r.bytes / r.seconds / r.read_pattern_bytes_per_second,
                 100 * flops / r.seconds / fma_flops);
+    if (r.cold_seconds > 0) {
+      std::printf(" %9.3f %12.1f%%", 1e3 * r.cold_seconds, 100 * r.bytes / r.cold_seconds / copy);
+    }
+    std::printf("\n");
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -44,6 +45,41 @@ inline double BestTime(int reps, const std::function<void()>& fn, Timer timer = 
     const double t0 = Now(timer);
     fn();
     best = std::min(best, Now(timer) - t0);
+  }
+  return best;
+}
+
+// Evicts the data caches, as far as a program can: reads every line of a
+// buffer several times the size of the last-level cache, so that what a
+// timed call reads next comes from memory. Reads, not writes: dirty lines
+// would be written back during the call that follows.
+class CacheEvictor {
+ public:
+  explicit CacheEvictor(size_t bytes) : buffer_(bytes / sizeof(float)) {
+    std::memset(buffer_.data(), 1, buffer_.size() * sizeof(float));
+  }
+  void Evict() {
+    const auto* bytes = reinterpret_cast<const volatile uint8_t*>(buffer_.data());
+    uint8_t sum = 0;
+    for (size_t i = 0; i < buffer_.size() * sizeof(float); i += 64) sum += bytes[i];
+    sink_ += sum;
+  }
+
+ private:
+  kernels::AlignedBuffer buffer_;
+  uint64_t sink_ = 0;
+};
+
+// BestTime with the caches evicted before every timed run (and before none
+// of the time): the figure of a working set that does not stay in cache
+// between calls, as a server's KV blocks between two decode steps do not.
+inline double BestColdTime(int reps, CacheEvictor& evictor, const std::function<void()>& fn) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    evictor.Evict();
+    const double t0 = Now(Timer::kWall);
+    fn();
+    best = std::min(best, Now(Timer::kWall) - t0);
   }
   return best;
 }
