@@ -408,13 +408,10 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
   float* scratch =
       packed ? internal::ThreadScratch(internal::ScratchUse::kDecodedRows, 2 * kTile * dim)
              : nullptr;
-  // The next tile's lines, for the AVX2 row step to ask for (below): on
-  // decode passes over long contexts, whose rows come from memory.
-  // The AVX-512 steps do the same, but for the VNNI step over 4-bit rows:
-  // its arithmetic, not memory, bounds it, and spreading cost it 10%.
-  const bool avx512_spreads =
-      Ops::kTileAsksForLines && (!codes || (vnni && p.kv_dtype == KvDtype::kInt8));
-  const bool spread_prefetch = (rows_avx2 || (codes && !vnni) || avx512_spreads) && tokens == 1 &&
+  // The next tile's lines, for the AVX2 row and code steps and every
+  // AVX-512 step to ask for (below): on decode passes over long contexts,
+  // whose rows come from memory.
+  const bool spread_prefetch = (rows_avx2 || codes || Ops::kTileAsksForLines) && tokens == 1 &&
                                pos + 1 - lo >= kSpreadPrefetchMinKeys;
   internal::LinePrefetcher next_lines;
   int partition_first_key = begin;
@@ -488,8 +485,12 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     // (2026-11-27, kv_cache_bench, 3 alternating pairs) spreading them in
     // the AVX-512 steps took fp32 from 5.5 to 2.3-2.9 ms, bf16 and fp16 from
     // 3.2-3.8 to 1.9, fp8 from 3.2-3.7 to 2.7-3.3 and int8 from 1.5-2.2 to
-    // 1.4-1.8; the VNNI 4-bit step went from 1.1-1.4 to 1.3-1.7, so it
-    // keeps the whole-tile asks.
+    // 1.4-1.8. The VNNI 4-bit step then went from 1.1-1.4 to 1.3-1.7 and
+    // kept the whole-tile asks, but that bench's 4-bit caches (14 MB) stay
+    // in the VM's 32 MiB L3 between calls. With the caches evicted before
+    // each call (its "cold ms", 2026-11-28) the whole-tile asks took int4
+    // 2.0-2.5 ms and spreading 1.2-1.4, fp4 1.8-2.1 and 1.2-1.5; at 24 / 8
+    // heads, whose blocks are 4 KiB apart per head, spreading also won warm.
     KeyCursor ahead = cursor;
     const int next_n = std::max(0, std::min(end, tile + 2 * kTile) - (tile + kTile));
     if (spread_prefetch) {
