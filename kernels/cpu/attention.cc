@@ -488,9 +488,10 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     // 1.4-1.8. The VNNI 4-bit step then went from 1.1-1.4 to 1.3-1.7 and
     // kept the whole-tile asks, but that bench's 4-bit caches (14 MB) stay
     // in the VM's 32 MiB L3 between calls. With the caches evicted before
-    // each call (its "cold ms", 2026-11-28) the whole-tile asks took int4
-    // 2.0-2.5 ms and spreading 1.2-1.4, fp4 1.8-2.1 and 1.2-1.5; at 24 / 8
-    // heads, whose blocks are 4 KiB apart per head, spreading also won warm.
+    // each call (its "cold ms", 2026-11-28; medians of six rounds) the
+    // whole-tile asks took int4 2.08 ms and spreading 1.18, fp4 1.78 and
+    // 1.41. Warm at 24 / 8 heads (38 MB of int4) spreading won too, int4
+    // 5.9-7.5 ms against 2.9-4.5.
     KeyCursor ahead = cursor;
     const int next_n = std::max(0, std::min(end, tile + 2 * kTile) - (tile + kTile));
     if (spread_prefetch) {
