@@ -132,12 +132,15 @@ inline void DotRowsTimesPanels(const GemmParams& p, const DotRows& x, int64_t r0
     const int64_t col = first_panel * 16;
     const int64_t cols = p.w->n - col < kNp * 16 ? p.w->n - col : kNp * 16;
     const int8_t* w = p.w->template As<int8_t>() + first_panel * panel_bytes;
-    // With one row tile there is no later tile to hide the next group's
-    // reads behind (and decode's GEMVs stream best on the hardware
-    // prefetcher alone); prefetch only the next group of the same width.
+    // Every group asks for the next one of the same width, a single row
+    // tile (decode, m < 12) too: the group's short panel streams (k / 4
+    // lines each) otherwise each wait for the hardware prefetcher to learn
+    // them. Measured on Zen 4 (docs/benchmarks.md, 2026-11-28): one-thread
+    // w8a8 GEMV 22.0 -> 25.4 GB/s and m = 8 through Qwen2.5's layers +17%;
+    // m = 1 on two threads, bound by the memory bandwidth, within the noise.
     const int tiles = static_cast<int>((r1 - r0 + MR - 1) / MR);
     DotPrefetch pf;
-    if (tiles >= 2 && first_panel + 2 * kNp <= pe) {
+    if (first_panel + 2 * kNp <= pe) {
       pf.next = w + kNp * panel_bytes;
       pf.every = tiles;
     }
