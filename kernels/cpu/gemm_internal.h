@@ -38,6 +38,10 @@ struct Avx2Tiling {
   static constexpr int RemPanels(int rows) {
     return rows == 1 ? 4 : rows == 2 ? 3 : rows == 3 ? 2 : 1;
   }
+  // Whether those leftover-row tiles ask for the next panel group while they
+  // run (FewRows), by bytes per weight. Zen 4 running this path, one-thread
+  // GEMV: int8 13.2 -> 20.7 GB/s, bf16 / fp16 +12%, but fp32 26.1 -> 23.2.
+  static constexpr bool AsksForNextGroup(int weight_bytes) { return weight_bytes < 4; }
 };
 
 struct Avx512Tiling {
@@ -53,6 +57,10 @@ struct Avx512Tiling {
   static constexpr int RemPanels(int rows) {
     return rows == 1 ? 8 : rows <= 6 ? 4 : rows <= 8 ? 3 : 2;
   }
+  // As Avx2Tiling's. Zen 4, one-thread GEMV: fp32 23.9 -> 29.7 GB/s, int8
+  // 18.8 -> 23.1, bf16 +11%, fp16 +7%; two threads, bound by the memory
+  // bandwidth, move less (docs/benchmarks.md, 2026-11-28).
+  static constexpr bool AsksForNextGroup(int /*weight_bytes*/) { return true; }
 };
 
 void GemmPanelsScalar(const GemmParams& p, int64_t panel_begin, int64_t panel_end);

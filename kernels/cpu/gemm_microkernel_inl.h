@@ -5,7 +5,8 @@
 //   Fma(a, b, c) = a*b+c with one rounding, Add(), Mul(), StoreU(),
 //   LoadW(F32W / Bf16W / F16W / Int8W tag, const T* p): kLanes weights at p
 //   (aligned) widened exactly to fp32,
-//   kMainRows, kMainPanels, kKBlock, RemPanels(rows).
+//   kMainRows, kMainPanels, kKBlock, RemPanels(rows),
+//   AsksForNextGroup(bytes per weight) (gemm_internal.h).
 // It must include nothing itself (standard headers come before the pragma).
 //
 // Tiling: a tile is MR rows x NP panels (NP*16 columns), one accumulator
@@ -26,11 +27,14 @@ constexpr int64_t kMaxRowTilesPerBlock = 32;
 // `out` (row stride ldo): whole when cols == NP * 16, else the first `cols`
 // columns. scale and bias (nullable) are applied on the way out; they are
 // only passed for the last k-block. panel_elems: elements of one panel.
+// next (nullable): NP panels the tile asks into L2 as it goes, one 64-byte
+// line per panel whenever its k-steps cross one (FewRows: the next group).
 template <class Ops, class W, int MR, int NP>
 inline void Tile(const float* x, int64_t ldx, const typename W::T* w, int64_t panel_elems,
                  int64_t kc, const float* acc_in, float* out, int64_t ldo, const float* scale,
-                 const float* bias, int64_t cols) {
+                 const float* bias, int64_t cols, const typename W::T* next = nullptr) {
   using V = typename Ops::V;
+  constexpr int64_t kStepsPerLine = 64 / (16 * sizeof(typename W::T));
   constexpr int kVecPerPanel = 16 / Ops::kLanes;
   constexpr int kVecs = NP * kVecPerPanel;
   constexpr int kWidth = NP * 16;
@@ -45,6 +49,10 @@ inline void Tile(const float* x, int64_t ldx, const typename W::T* w, int64_t pa
   }
 
   for (int64_t kk = 0; kk < kc; ++kk) {
+    if (next != nullptr && kk % kStepsPerLine == 0) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NP; ++j) __builtin_prefetch(next + j * panel_elems + kk * 16, 0, 2);
+    }
     V wv[kVecs];
 #pragma GCC unroll 32
     for (int j = 0; j < kVecs; ++j) {
@@ -157,9 +165,14 @@ inline void FewRows(const GemmParams& p, int64_t row, int64_t pb, int64_t pe) {
   for (; panel + NP <= pe; panel += NP) {
     const int64_t col = panel * 16;
     const int64_t cols = n - col < NP * 16 ? n - col : NP * 16;
+    // The next group of the same width, asked for while this one runs (its
+    // k-long panel streams otherwise wait for the hardware prefetcher).
+    constexpr bool kAsk = Ops::AsksForNextGroup(sizeof(typename W::T));
+    const typename W::T* next =
+        kAsk && panel + 2 * NP <= pe ? w + (panel + NP) * panel_elems : nullptr;
     Tile<Ops, W, MR, NP>(x, p.ldx, w + panel * panel_elems, panel_elems, k, nullptr, y + col, p.ldy,
                          scales != nullptr ? scales + col : nullptr,
-                         p.bias != nullptr ? p.bias + col : nullptr, cols);
+                         p.bias != nullptr ? p.bias + col : nullptr, cols, next);
   }
   for (; panel < pe; ++panel) {
     const int64_t col = panel * 16;
