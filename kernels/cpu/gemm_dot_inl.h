@@ -133,7 +133,7 @@ inline void DotRowsTimesPanels(const GemmParams& p, const DotRows& x, int64_t r0
     const int64_t cols = p.w->n - col < kNp * 16 ? p.w->n - col : kNp * 16;
     const int8_t* w = p.w->template As<int8_t>() + first_panel * panel_bytes;
     // Every group asks for the next one of the same width, a single row
-    // tile (decode, m < 12) too: the group's short panel streams (k / 4
+    // tile (m < kMainRows: decode) too: the group's short panel streams (k / 4
     // lines each) otherwise each wait for the hardware prefetcher to learn
     // them. Measured on Zen 4 (docs/benchmarks.md, 2026-11-28): one-thread
     // w8a8 GEMV 22.0 -> 25.4 GB/s and m = 8 through Qwen2.5's layers +17%;
