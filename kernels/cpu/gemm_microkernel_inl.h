@@ -27,9 +27,10 @@ constexpr int64_t kMaxRowTilesPerBlock = 32;
 // `out` (row stride ldo): whole when cols == NP * 16, else the first `cols`
 // columns. scale and bias (nullable) are applied on the way out; they are
 // only passed for the last k-block. panel_elems: elements of one panel.
-// next (nullable): NP panels the tile asks into L2 as it goes, one 64-byte
-// line per panel whenever its k-steps cross one (FewRows: the next group).
-template <class Ops, class W, int MR, int NP>
+// kAsk: the tile asks `next`'s NP panels (nullable) into L2 as it goes, one
+// 64-byte line per panel whenever its k-steps cross one (FewRows: the next
+// group); a compile-time flag, so the prefill tiles carry no check.
+template <class Ops, class W, int MR, int NP, bool kAsk = false>
 inline void Tile(const float* x, int64_t ldx, const typename W::T* w, int64_t panel_elems,
                  int64_t kc, const float* acc_in, float* out, int64_t ldo, const float* scale,
                  const float* bias, int64_t cols, const typename W::T* next = nullptr) {
@@ -49,9 +50,11 @@ inline void Tile(const float* x, int64_t ldx, const typename W::T* w, int64_t pa
   }
 
   for (int64_t kk = 0; kk < kc; ++kk) {
-    if (next != nullptr && kk % kStepsPerLine == 0) {
+    if constexpr (kAsk) {
+      if (next != nullptr && kk % kStepsPerLine == 0) {
 #pragma GCC unroll 8
-      for (int j = 0; j < NP; ++j) __builtin_prefetch(next + j * panel_elems + kk * 16, 0, 2);
+        for (int j = 0; j < NP; ++j) __builtin_prefetch(next + j * panel_elems + kk * 16, 0, 2);
+      }
     }
     V wv[kVecs];
 #pragma GCC unroll 32
@@ -168,11 +171,10 @@ inline void FewRows(const GemmParams& p, int64_t row, int64_t pb, int64_t pe) {
     // The next group of the same width, asked for while this one runs (its
     // k-long panel streams otherwise wait for the hardware prefetcher).
     constexpr bool kAsk = Ops::AsksForNextGroup(sizeof(typename W::T));
-    const typename W::T* next =
-        kAsk && panel + 2 * NP <= pe ? w + (panel + NP) * panel_elems : nullptr;
-    Tile<Ops, W, MR, NP>(x, p.ldx, w + panel * panel_elems, panel_elems, k, nullptr, y + col, p.ldy,
-                         scales != nullptr ? scales + col : nullptr,
-                         p.bias != nullptr ? p.bias + col : nullptr, cols, next);
+    const typename W::T* next = panel + 2 * NP <= pe ? w + (panel + NP) * panel_elems : nullptr;
+    Tile<Ops, W, MR, NP, kAsk>(x, p.ldx, w + panel * panel_elems, panel_elems, k, nullptr, y + col,
+                               p.ldy, scales != nullptr ? scales + col : nullptr,
+                               p.bias != nullptr ? p.bias + col : nullptr, cols, next);
   }
   for (; panel < pe; ++panel) {
     const int64_t col = panel * 16;
