@@ -105,7 +105,8 @@ PackedMatrix Allocate(int64_t n, int64_t k, WeightFormat format) {
                         : format == WeightFormat::kBF16Dot ? internal::Bf16DotDepth(k)
                                                            : k;
   const int64_t bytes = panels * depth * kGemmPanelWidth * WeightFormatBytes(format);
-  packed.data = AlignedBuffer(static_cast<size_t>((bytes + 3) / 4));
+  // Huge pages (see AlignedBuffer): decode streams every matrix once per token.
+  packed.data = AlignedBuffer(static_cast<size_t>((bytes + 3) / 4), AlignedBuffer::Pages::kHuge);
   if (format == WeightFormat::kInt8 || format == WeightFormat::kW8A8) {
     packed.scales = AlignedBuffer(static_cast<size_t>(panels * kGemmPanelWidth));
   }
