@@ -69,13 +69,14 @@ class AlignedBuffer {
 
  private:
   // A huge-page buffer is its own anonymous mapping, not malloc's: malloc
-  // serves blocks below its (growing) mmap threshold from the brk heap, and
-  // there a 2 MiB-aligned block leaves up to 2 MiB of padding that later
-  // small blocks touch (measured: 23 MiB more RSS at the Qwen2.5 shape in
-  // int8). The mapping is over-allocated by one huge page and trimmed so
-  // that it starts on one and ends at the buffer's last base page: the
-  // kernel cannot back a partial last huge page with a whole one, so RSS
-  // is the size. Advice only: a failed madvise leaves base pages.
+  // serves blocks below its (growing) mmap threshold from the brk heap,
+  // where a 2 MiB-aligned block leaves up to 2 MiB of padding for later
+  // small blocks, and where fewer pages came out huge (a Qwen2.5-shape int8
+  // daemon had 23 MiB more RSS that way, and 288 MiB on huge pages against
+  // 608 with own mappings). The mapping is over-allocated by one huge page
+  // and trimmed so that it starts on one and ends at the buffer's last base
+  // page: the kernel cannot back a partial last huge page with a whole one,
+  // so RSS is the size. Advice only: a failed madvise leaves base pages.
   void MapHugeAligned(size_t bytes) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     const size_t size = (bytes + page - 1) / page * page;
