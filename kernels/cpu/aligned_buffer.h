@@ -87,7 +87,8 @@ class AlignedBuffer {
     const uintptr_t start = (base + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
     const size_t lead = start - base;
     if (lead > 0) munmap(m, lead);
-    if (span - lead > size) munmap(reinterpret_cast<void*>(start + size), span - lead - size);
+    // lead < kHugePageBytes (base is page-aligned), so a tail is always left.
+    munmap(reinterpret_cast<void*>(start + size), kHugePageBytes - lead);
     data_ = reinterpret_cast<float*>(start);
     mapped_bytes_ = size;
     madvise(data_, size, MADV_HUGEPAGE);
