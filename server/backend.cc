@@ -93,11 +93,14 @@ absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::Cud
   Backend b;
   b.name = "cuda";
   b.kv_cache_dtype = *kv_dtype;
-  // The device gets the weights; no fp32 host copy.
+  // The device gets the weights; no fp32 host copy. The served length picks
+  // Phi-3 longrope's factors here too (the runner uploads the model's).
   auto model = engine::LoadModel(
       c.model,
       engine::LoadModelOptions{.host_weights = false,
-                               .generation_sampling_defaults = c.generation_config == "auto"});
+                               .weights = {},
+                               .generation_sampling_defaults = c.generation_config == "auto",
+                               .max_model_len = c.max_model_len});
   if (!model.ok()) return WithFlag("model", c.model, model.status());
   b.model = std::move(*model);
   const int32_t model_len = static_cast<int32_t>(b.model->config.max_position_embeddings);
