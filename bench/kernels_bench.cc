@@ -1,7 +1,8 @@
 // kvserve_kernels_bench: CPU kernel speed as ratios to what this machine can
 // do, all measured in the same run:
 //   (a) peak FMA GFLOP/s: register-resident FMA chains on every thread;
-//   (b) copy bandwidth: memcpy of a buffer far larger than L3 on every thread;
+//   (b) copy bandwidth: memcpy of a buffer far larger than L3 on every thread
+//       (and, printed beside it, the read bandwidth: the same size only read);
 //   (c) GEMM GFLOP/s at prefill shapes, and the ratio to (a);
 //   (d) GEMV (m = 1, decode) bytes of W read per second with W far larger than
 //       L3, and the ratio to (b);
@@ -211,6 +212,11 @@ int Main() {
       "(b) copy bandwidth %7.2f GB/s, %d threads; %.2f GB/s, 1 thread\n"
       "                   (bytes read + written per second by memcpy of %zu MiB, as STREAM Copy)\n",
       copy / 1e9, threads, copy1 / 1e9, copy_bytes >> 20);
+  std::printf(
+      "    read bandwidth %7.2f GB/s, %d threads; %.2f GB/s, 1 thread (bytes read per second;\n"
+      "                   what a GEMV's stream of W can at most get)\n",
+      bench::ReadBytesPerSecond(threads, copy_bytes) / 1e9, threads,
+      bench::ReadBytesPerSecond(1, copy_bytes) / 1e9);
   std::printf("    ParallelFor overhead, all threads taking part: %.2f us/call\n",
               DispatchOverheadMicros(&pool));
 

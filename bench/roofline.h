@@ -114,4 +114,36 @@ inline double CopyBytesPerSecond(int threads, size_t bytes) {
   return 2.0 * static_cast<double>(per_thread * threads) / t;
 }
 
+// Read bandwidth: bytes read per second by summing every 8-byte word of a
+// huge-page buffer of `bytes` (far larger than the caches), split over
+// `threads` std::threads; nothing is written. A batch-1 decode only reads
+// its weights, and where the memory feeds readers less than a copy's reads
+// plus writes (this project's Zen 4 VM: two cores read 30-31 GB/s while
+// they copy 38-39) this is the ceiling a decode can reach, which the copy
+// figure alone hides. Timed as CopyBytesPerSecond is.
+inline double ReadBytesPerSecond(int threads, size_t bytes) {
+  constexpr auto kHuge = kernels::AlignedBuffer::Pages::kHuge;
+  kernels::AlignedBuffer src(bytes / sizeof(float), kHuge);
+  std::memset(src.data(), 1, bytes);
+  const size_t words_per_thread = bytes / threads / 64 * 8;  // whole cache lines
+  std::vector<uint64_t> sums(static_cast<size_t>(threads));
+  auto read = [&](int i) {
+    const auto* words = reinterpret_cast<const uint64_t*>(src.data()) + i * words_per_thread;
+    uint64_t lanes[8] = {};  // independent sums: the loop waits on memory only
+    for (size_t j = 0; j < words_per_thread; j += 8) {
+      for (int l = 0; l < 8; ++l) lanes[l] += words[j + l];
+    }
+    uint64_t sum = 0;
+    for (uint64_t lane : lanes) sum += lane;
+    sums[static_cast<size_t>(i)] = sum;  // used below, so no read is optimized away
+  };
+  const double t = threads == 1 ? BestTime(
+                                      8, [&] { read(0); }, Timer::kThreadCpu)
+                                : BestTime(8, [&] { OnAllThreads(threads, read); });
+  uint64_t total = 0;
+  for (uint64_t s : sums) total += s;
+  if (total != uint64_t{0x0101010101010101} * words_per_thread * threads) return 0;  // misread
+  return static_cast<double>(words_per_thread * threads * sizeof(uint64_t)) / t;
+}
+
 }  // namespace kvserve::bench
