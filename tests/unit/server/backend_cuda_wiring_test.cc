@@ -1,8 +1,9 @@
 // The daemon's --backend=cuda path as far as the CUDA module's `create`,
 // with fake_cuda_backend_module.cc in the module's place (no GPU needed):
 // what the server hands the CUDA runner must match what the CPU backend
-// serves with. CTest runs each test in its own process, so the module (loaded
-// once per process) is the fake one wherever the environment names it first.
+// serves with. The server loads the module once per process, from the path
+// the environment names first: the fake one, as SetUp names it before any
+// test of this binary makes a backend (no other test here does).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -15,19 +16,30 @@
 namespace kvserve::server {
 namespace {
 
-const testing::FakeCudaCreateCall& LastCreateCall() {
+// The fake module's record; null while the module is not loaded.
+testing::FakeCudaCreateCall* LoadedRecord() {
   void* module = dlopen(KVSERVE_FAKE_CUDA_MODULE_PATH, RTLD_NOW | RTLD_NOLOAD);
-  EXPECT_NE(module, nullptr) << "the server did not load the fake module";
-  using Accessor = const testing::FakeCudaCreateCall* (*)();
+  if (module == nullptr) return nullptr;
+  using Accessor = testing::FakeCudaCreateCall* (*)();
   auto last_call = reinterpret_cast<Accessor>(dlsym(module, testing::kFakeCudaLastCallSymbol));
-  EXPECT_NE(last_call, nullptr);
-  return *last_call();
+  dlclose(module);  // only this lookup's reference: the server's keeps it loaded
+  return last_call == nullptr ? nullptr : last_call();
 }
 
+const testing::FakeCudaCreateCall& LastCreateCall() {
+  testing::FakeCudaCreateCall* record = LoadedRecord();
+  EXPECT_NE(record, nullptr) << "the server did not load the fake module";
+  static const testing::FakeCudaCreateCall kNone;
+  return record == nullptr ? kNone : *record;
+}
+
+// Each test starts with no call recorded, whether CTest runs it alone or
+// the whole binary runs in one process.
 class BackendCudaWiring : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(setenv("KVSERVE_CUDA_BACKEND_MODULE", KVSERVE_FAKE_CUDA_MODULE_PATH, 1), 0);
+    if (testing::FakeCudaCreateCall* record = LoadedRecord()) *record = {};
   }
 };
 
@@ -52,7 +64,7 @@ TEST_F(BackendCudaWiring, ServedLengthPicksTheRopeFactorsAsOnTheCpu) {
       << cuda.status();
   const testing::FakeCudaCreateCall& call = LastCreateCall();
   ASSERT_TRUE(call.called);
-  EXPECT_EQ(call.options_max_model_len, 64);
+  EXPECT_EQ(call.options.max_model_len, 64);
   EXPECT_EQ(call.rope_inv_freq, cpu_freq);
 }
 
@@ -64,11 +76,62 @@ TEST_F(BackendCudaWiring, WholeLengthServesTheLongFactors) {
   ASSERT_FALSE(MakeBackend(config).ok());
   const testing::FakeCudaCreateCall& call = LastCreateCall();
   ASSERT_TRUE(call.called);
-  EXPECT_EQ(call.options_max_model_len, 2048);
+  EXPECT_EQ(call.options.max_model_len, 2048);
   config.backend = "cpu";
   auto cpu = MakeBackend(config);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_EQ(call.rope_inv_freq, cpu->model->rope_inv_freq);
+}
+
+// The flags the CUDA runner sizes and stores by reach it as given.
+TEST_F(BackendCudaWiring, RunnerOptionsFollowTheFlags) {
+  ServerConfig config;
+  config.backend = "cuda";
+  config.block_size = 32;
+  config.num_kv_blocks = 100;
+  config.gpu_memory_fraction = 0.5;
+  config.dtype = "bfloat16";
+  config.kv_cache_dtype = "int4";
+  config.batch_invariant = true;
+  config.max_num_batched_tokens = 1024;
+  config.max_num_seqs = 7;
+  ASSERT_FALSE(MakeBackend(config).ok());
+  const testing::FakeCudaCreateCall& call = LastCreateCall();
+  ASSERT_TRUE(call.called);
+  EXPECT_EQ(call.options.block_size, 32);
+  EXPECT_EQ(call.options.num_blocks, 100);
+  EXPECT_EQ(call.options.gpu_memory_fraction, 0.5);
+  EXPECT_EQ(call.options.dtype, "bfloat16");
+  EXPECT_EQ(call.options.kv_cache_dtype, kernels::KvDtype::kInt4);
+  EXPECT_TRUE(call.options.batch_invariant);
+  EXPECT_EQ(call.options.max_num_tokens, 1024);
+  EXPECT_EQ(call.options.max_num_seqs, 7);
+}
+
+// What only the CPU backend has is refused before the CUDA runner is made,
+// naming the flag; so is a KV format that does not exist.
+TEST_F(BackendCudaWiring, CpuOnlyFlagsAreRefusedByName) {
+  ServerConfig config;
+  config.backend = "cuda";
+  config.quantization = "int8";
+  auto quantized = MakeBackend(config);
+  ASSERT_FALSE(quantized.ok());
+  EXPECT_NE(quantized.status().message().find("--quantization=int8"), std::string::npos)
+      << quantized.status();
+
+  config.quantization = "none";
+  config.matmul_precision = "bfloat16";
+  auto dot = MakeBackend(config);
+  ASSERT_FALSE(dot.ok());
+  EXPECT_NE(dot.status().message().find("--matmul_precision=bfloat16"), std::string::npos)
+      << dot.status();
+
+  config.matmul_precision = "float32";
+  config.kv_cache_dtype = "int3";
+  auto kv = MakeBackend(config);
+  ASSERT_FALSE(kv.ok());
+  EXPECT_NE(kv.status().message().find("--kv_cache_dtype=int3"), std::string::npos) << kv.status();
+  EXPECT_FALSE(LastCreateCall().called);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<kvserve::engine::DeviceRunner>> Create(
     const kvserve::engine::Model& model, const kvserve::engine::CudaRunnerOptions& options) {
   last_call.called = true;
   last_call.rope_inv_freq = model.rope_inv_freq;
-  last_call.options_max_model_len = options.max_model_len;
+  last_call.options = options;
   return absl::UnavailableError(std::string(kvserve::testing::kFakeCudaCreateError));
 }
 
@@ -36,7 +36,7 @@ kvserve_cuda_backend_api() {
   return &api;
 }
 
-extern "C" __attribute__((visibility("default"))) const kvserve::testing::FakeCudaCreateCall*
+extern "C" __attribute__((visibility("default"))) kvserve::testing::FakeCudaCreateCall*
 kvserve_fake_cuda_backend_last_call() {
   return &last_call;
 }
