@@ -5,7 +5,6 @@
 // loads, the options it passes) is tested on machines without a GPU.
 #include "tests/unit/server/fake_cuda_backend_module.h"
 
-#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
