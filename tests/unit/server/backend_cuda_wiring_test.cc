@@ -108,29 +108,26 @@ TEST_F(BackendCudaWiring, RunnerOptionsFollowTheFlags) {
   EXPECT_EQ(call.options.max_num_seqs, 7);
 }
 
+// MakeBackend(config) fails with an error that names `flag`.
+void ExpectRefusedNaming(const ServerConfig& config, const std::string& flag) {
+  auto backend = MakeBackend(config);
+  ASSERT_FALSE(backend.ok()) << flag;
+  EXPECT_NE(backend.status().message().find(flag), std::string::npos) << backend.status();
+}
+
 // What only the CPU backend has is refused before the CUDA runner is made,
 // naming the flag; so is a KV format that does not exist.
 TEST_F(BackendCudaWiring, CpuOnlyFlagsAreRefusedByName) {
   ServerConfig config;
   config.backend = "cuda";
   config.quantization = "int8";
-  auto quantized = MakeBackend(config);
-  ASSERT_FALSE(quantized.ok());
-  EXPECT_NE(quantized.status().message().find("--quantization=int8"), std::string::npos)
-      << quantized.status();
-
+  ExpectRefusedNaming(config, "--quantization=int8");
   config.quantization = "none";
   config.matmul_precision = "bfloat16";
-  auto dot = MakeBackend(config);
-  ASSERT_FALSE(dot.ok());
-  EXPECT_NE(dot.status().message().find("--matmul_precision=bfloat16"), std::string::npos)
-      << dot.status();
-
+  ExpectRefusedNaming(config, "--matmul_precision=bfloat16");
   config.matmul_precision = "float32";
   config.kv_cache_dtype = "int3";
-  auto kv = MakeBackend(config);
-  ASSERT_FALSE(kv.ok());
-  EXPECT_NE(kv.status().message().find("--kv_cache_dtype=int3"), std::string::npos) << kv.status();
+  ExpectRefusedNaming(config, "--kv_cache_dtype=int3");
   EXPECT_FALSE(LastCreateCall().called);
 }
 
