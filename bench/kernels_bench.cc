@@ -213,8 +213,8 @@ int Main() {
       "                   (bytes read + written per second by memcpy of %zu MiB, as STREAM Copy)\n",
       copy / 1e9, threads, copy1 / 1e9, copy_bytes >> 20);
   std::printf(
-      "    read bandwidth %7.2f GB/s, %d threads; %.2f GB/s, 1 thread (bytes read per second;\n"
-      "                   what a GEMV's stream of W can at most get)\n",
+      "    read bandwidth %7.2f GB/s, %d threads; %.2f GB/s, 1 thread (bytes only read per\n"
+      "                   second by a plain loop, the rate to compare a GEMV's stream of W with)\n",
       bench::ReadBytesPerSecond(threads, copy_bytes) / 1e9, threads,
       bench::ReadBytesPerSecond(1, copy_bytes) / 1e9);
   std::printf("    ParallelFor overhead, all threads taking part: %.2f us/call\n",

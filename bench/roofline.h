@@ -119,8 +119,11 @@ inline double CopyBytesPerSecond(int threads, size_t bytes) {
 // `threads` std::threads; nothing is written. A batch-1 decode only reads
 // its weights, and where the memory feeds readers less than a copy's reads
 // plus writes (this project's Zen 4 VM: two cores read 30-31 GB/s while
-// they copy 38-39) this is the ceiling a decode can reach, which the copy
-// figure alone hides. Timed as CopyBytesPerSecond is.
+// they copy 38-39) this is the rate to compare a decode with, which the
+// copy figure alone hides. Not a strict ceiling: a kernel that asks ahead
+// (prefetches) can read faster than this plain loop, and one process's
+// figure moves with the memory as the copy's does. Timed as
+// CopyBytesPerSecond is.
 inline double ReadBytesPerSecond(int threads, size_t bytes) {
   constexpr auto kHuge = kernels::AlignedBuffer::Pages::kHuge;
   kernels::AlignedBuffer src(bytes / sizeof(float), kHuge);
