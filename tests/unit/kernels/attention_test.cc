@@ -269,6 +269,16 @@ std::vector<CpuIsa> AvailableIsas() {
 void CheckConfig(const Config& cfg, uint32_t seed) {
   SCOPED_TRACE(Describe(cfg));
   ThreadPool one(1), two(2);
+  // The reference is computed once: a World's q/k/v follow from cfg and the
+  // seed alone, so every ISA's World below holds the same ones. (Per ISA it
+  // was most of this check's time: fp64, O(len^2) per head.)
+  const World reference_world(cfg, seed);
+  std::vector<std::vector<std::vector<double>>> refs(reference_world.num_seqs());
+  for (int s = 0; s < reference_world.num_seqs(); ++s) {
+    for (int p = 0; p < cfg.lens[s]; ++p) {
+      for (int h = 0; h < cfg.num_heads; ++h) refs[s].push_back(reference_world.Reference(s, p, h));
+    }
+  }
   for (CpuIsa isa : AvailableIsas()) {
     SCOPED_TRACE(IsaName(isa));
     ScopedIsaOverride force(isa);
@@ -277,7 +287,7 @@ void CheckConfig(const Config& cfg, uint32_t seed) {
     for (int s = 0; s < w.num_seqs(); ++s) {
       for (int p = 0; p < cfg.lens[s]; ++p) {
         for (int h = 0; h < cfg.num_heads; ++h) {
-          std::vector<double> ref = w.Reference(s, p, h);
+          const std::vector<double>& ref = refs[s][p * cfg.num_heads + h];
           for (int d = 0; d < cfg.head_dim; ++d) {
             ASSERT_NEAR(prefill[s][p][h * cfg.head_dim + d], ref[d], 2e-5)
                 << "seq " << s << " pos " << p << " head " << h << " d " << d;
