@@ -273,6 +273,7 @@ void CheckConfig(const Config& cfg, uint32_t seed) {
   // seed alone, so every ISA's World below holds the same ones. (Per ISA it
   // was most of this check's time: fp64, O(len^2) per head.)
   const World reference_world(cfg, seed);
+  // refs[s][p * num_heads + h]: head h of sequence s at position p.
   std::vector<std::vector<std::vector<double>>> refs(reference_world.num_seqs());
   for (int s = 0; s < reference_world.num_seqs(); ++s) {
     for (int p = 0; p < cfg.lens[s]; ++p) {
