@@ -1,8 +1,8 @@
 // KV cache formats, CPU decode attention: batch 8 x 8,192-token contexts,
 // GQA 9 / 3 heads (--heads), head dim 64, block 16, one query per sequence.
 // Per format: time against the fp32 cache in the same run, bytes of K/V
-// read per second (data and scales) against the copy bandwidth measured in
-// the same run (target >= 60%), and the attention's multiply-adds (2 x
+// read per second (data and scales) against the copy bandwidth measured
+// just before that format's row (target >= 60%), and the attention's multiply-adds (2 x
 // head_dim per query head and key: q.k and p.v) against the peak FMA rate
 // measured in the same run: the rooflines a format can hit. "of pattern
 // read" divides by the rate of reading the same bytes in the same order and
@@ -215,19 +215,20 @@ int Main(int argc, char** argv) {
   kernels::ThreadPool own(threads > 0 ? threads : 1);
   kernels::ThreadPool& pool = threads > 0 ? own : kernels::ThreadPool::Default();
   threads = pool.num_threads();
-  const double copy = CopyBytesPerSecond(threads, size_t{512} << 20);
+  const double start_copy = CopyBytesPerSecond(threads, size_t{512} << 20);
   const kernels::CpuIsa isa = kernels::ActiveIsa();
   const double fma_flops = PeakGflops(isa, threads).wall * 1e9;
   std::printf(
-      "kvserve kv cache bench: isa=%s, threads=%d, copy bandwidth %.2f GB/s, peak fp32 FMA %.1f "
-      "GFLOP/s\n",
-      kernels::IsaName(isa), threads, copy / 1e9, fma_flops / 1e9);
+      "kvserve kv cache bench: isa=%s, threads=%d, copy bandwidth at start %.2f GB/s, peak fp32 "
+      "FMA %.1f GFLOP/s\n",
+      kernels::IsaName(isa), threads, start_copy / 1e9, fma_flops / 1e9);
   std::printf(
       "%s PagedAttention, %d seqs x %d tokens (%d queries each), %d / %d heads, d=%d, block %d\n",
       kQueries > 1 ? "prefill-chunk" : "decode", kSeqs, kCtx, kQueries, kHeads, kKvHeads, kDim,
       kBlock);
-  std::printf("%-10s %10s %10s %12s %10s %16s %12s %9s %13s\n", "format", "ms", "vs fp32",
-              "GB/s read", "of copy", "of pattern read", "of FMA peak", "cold ms", "cold of copy");
+  std::printf("%-10s %10s %10s %12s %10s %16s %12s %9s %13s %9s\n", "format", "ms", "vs fp32",
+              "GB/s read", "of copy", "of pattern read", "of FMA peak", "cold ms", "cold of copy",
+              "copy GB/s");
   std::optional<CacheEvictor> evictor;
   if (evict_mb > 0) evictor.emplace(size_t(evict_mb) << 20);
   const double flops =
@@ -239,6 +240,10 @@ int Main(int argc, char** argv) {
         formats.find(std::string(",").append(name).append(",")) == std::string::npos) {
       continue;
     }
+    // Each row against a copy measured just before it: this VM's memory
+    // bandwidth moves by up to 2x within seconds, so one figure at the start
+    // can be far from the rows that follow.
+    const double copy = CopyBytesPerSecond(threads, size_t{512} << 20);
     const Result r = Run(d, &pool, reps, evictor ? &*evictor : nullptr);
     if (d == engine::KvCacheDtype::kFloat32) fp32_time = r.seconds;
     // "vs fp32" is 0 when --formats left fp32 (auto) out.
@@ -249,8 +254,10 @@ int Main(int argc, char** argv) {
                 100 * flops / r.seconds / fma_flops);
     if (r.cold_seconds > 0) {
       std::printf(" %9.3f %12.1f%%", 1e3 * r.cold_seconds, 100 * r.bytes / r.cold_seconds / copy);
+    } else {
+      std::printf(" %9s %13s", "-", "-");
     }
-    std::printf("\n");
+    std::printf(" %9.2f\n", copy / 1e9);
   }
   return 0;
 }
