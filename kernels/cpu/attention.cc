@@ -687,6 +687,11 @@ bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim) {
   return ActiveIsa() >= CpuIsa::kAvx2 && dtype != KvDtype::kInt8;
 }
 
+int CodeWeightSteps(KvDtype dtype) {
+  // attention_codes_avx512.cc: 4-bit rows take uint8 weights there.
+  return internal::UsesVnniCodeTile() && dtype != KvDtype::kInt8 ? 255 : 32767;
+}
+
 bool UsesBf16DotFp8Attention(KvDtype dtype, int head_dim) {
   return dtype == KvDtype::kFp8E4m3 && head_dim > 0 && head_dim % 16 == 0 && head_dim <= 256 &&
          ActiveIsa() >= CpuIsa::kAvx512 && HasAvx512Bw() && HasAvx512Vbmi() && HasAvx512Bf16();

@@ -97,12 +97,14 @@ struct PagedAttentionParams {
 // step is 16 times int8's; llama.cpp rounds q to int8 for its 8-bit K
 // likewise). A score is then an exact integer dot product of codes (AVX-512
 // VNNI vpdpbusd; AVX2 vpmaddubsw) times q's and the key row's scales. p.v is
-// an exact integer sum too (vpdpwssd; AVX2 vpmaddwd): per tile and head,
-// each softmax weight times its V row's scale is rounded to an int16
-// multiple of the tile's largest / 32767, an error below 1/65534 of that
-// largest weight (the int8 rows' own step is 1/254 of a row). These two
-// roundings are the only approximations added; each depends on one (token,
-// head) and one tile, so the invariance above holds.
+// an exact integer sum too: per tile and head, each softmax weight times
+// its V row's scale is rounded to a multiple of the tile's largest /
+// CodeWeightSteps(): int16 weights, 32767 steps (vpdpwssd; AVX2 vpmaddwd),
+// an error below 1/65534 of that largest weight against the int8 rows' own
+// 1/254 of a row; uint8 weights, 255 steps, for 4-bit rows on AVX-512 VNNI
+// (vpdpbusd, four keys per instruction), 1/510 against int4's own 1/14.
+// These two roundings are the only approximations added; each depends on
+// one (token, head) and one tile, so the invariance above holds.
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool);
 
 // True when PagedAttention takes the integer-code path above for rows of
@@ -110,6 +112,10 @@ void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool);
 // VNNI and BW; int4 and fp4 on AVX2 (without VNNI an integer dot product of
 // int8 rows measured slower than their fp32 one).
 bool UsesIntegerCodeAttention(KvDtype dtype, int head_dim);
+
+// On that path, the number of steps of the tile's largest weight x V scale
+// that each such product is rounded to (on ActiveIsa(); see above).
+int CodeWeightSteps(KvDtype dtype);
 
 // True when PagedAttention reads fp8 e4m3 rows of `head_dim` with bf16 dot
 // products on ActiveIsa(): AVX-512 with BW, VBMI and BF16, head_dim a

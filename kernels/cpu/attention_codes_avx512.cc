@@ -6,15 +6,23 @@
 //             (int8 rows: 256 times that plus the low digit's, q_scale / 256)
 //   weights = exp(score - m_new) (attention_avx512_inl.h's softmax step)
 //   out     = out * corr + step * sum_j weight_j * code_j
-//             weight_j = w_j * v_scale_j rounded to an int16 multiple of
-//             step = the tile's largest / 32767; the sum exact in int32
-//             (vpdpwssd, two keys per instruction)
+//             weight_j = w_j * v_scale_j rounded to a multiple of step =
+//             the tile's largest / kWeightSteps, the sum exact in int32:
+//             int8 rows int16 weights (32767 steps; vpdpwssd, two keys per
+//             instruction), 4-bit rows uint8 weights (255 steps; vpdpbusd,
+//             four keys per instruction)
 // A tile's key rows are turned into unsigned codes once and transposed, so
 // a score vector holds 16 keys and needs no horizontal sums; every head of
 // the pass reads that buffer (int4 and fp4 rows transpose their packed
 // bytes and split the nibbles after, half the data to move). The value
 // sums leave out in an order of their own, which RestoreCodeValueOrder
 // undoes after the last tile.
+//
+// Why 4-bit rows take 8-bit weights: their value sums were half the tile
+// step's instructions (per two keys, 14 to split and pair the nibbles and 4
+// vpdpwssd per head). Four keys per lane halve both. The weights' rounding
+// error (at most 1/510 of the tile's largest) is far below the codes' own
+// (1/14 of a row's largest for int4, and fp4's steps are coarser still).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -73,19 +81,32 @@ inline void PairByteValues64(__m512i a, __m512i b, __m512i* pairs) {
   pairs[3] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(hi, 1));
 }
 
-// Rows a and b's 32 packed bytes of a piece (64 nibbles) as int16 pairs of
-// nibbles (n_a, n_b) per 32-bit lane, each word < 16: the bytes widened to
-// words and interleaved, then split. Vector v, lane l holds byte
-// 8 (l / 4) + 4 (v & 1) + l % 4, its low nibble for v < 2, else its high.
-inline void PairNibbleWords64(const uint8_t* a, const uint8_t* b, __m512i* pairs) {
-  const __m512i wa = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
-  const __m512i wb = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
-  const __m512i lo = _mm512_unpacklo_epi16(wa, wb), hi = _mm512_unpackhi_epi16(wa, wb);
-  const __m512i low_nibble = _mm512_set1_epi16(15);
-  pairs[0] = _mm512_and_si512(lo, low_nibble);
-  pairs[1] = _mm512_and_si512(hi, low_nibble);
-  pairs[2] = _mm512_and_si512(_mm512_srli_epi16(lo, 4), low_nibble);
-  pairs[3] = _mm512_and_si512(_mm512_srli_epi16(hi, 4), low_nibble);
+// Rows r[0..3]'s 32 packed bytes of a piece (64 nibbles each) as four
+// vectors of their nibbles, one per byte (each < 16), the four rows' nibbles
+// of one value in each 32-bit lane (what vpdpbusd multiplies by four keys'
+// weights). The rows are paired bytewise (0 with 1, 2 with 3), the pairs'
+// halves brought side by side, paired again, then split. Vector v, lane l
+// holds byte kQuarterByte[l / 4] + 4 (v >> 1) + l % 4, its low nibble for
+// even v, else its high.
+constexpr int kQuarterByte[4] = {0, 16, 8, 24};
+inline void QuadNibbles64(const uint8_t* const* r, int piece, __m512i* quads) {
+  const auto bytes = [&](int i) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r[i] + 32 * piece));
+  };
+  const __m512i rows02 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes(0)), bytes(2), 1);
+  const __m512i rows13 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes(1)), bytes(3), 1);
+  // Quarters 0-1: rows 0 and 1's byte pairs, 2-3: rows 2 and 3's.
+  const __m512i lo = _mm512_unpacklo_epi8(rows02, rows13);
+  const __m512i hi = _mm512_unpackhi_epi8(rows02, rows13);
+  const __m512i pairs01 = _mm512_shuffle_i64x2(lo, hi, 0x44);  // lo.q0 lo.q1 hi.q0 hi.q1
+  const __m512i pairs23 = _mm512_shuffle_i64x2(lo, hi, 0xee);  // lo.q2 lo.q3 hi.q2 hi.q3
+  const __m512i a = _mm512_unpacklo_epi16(pairs01, pairs23);
+  const __m512i b = _mm512_unpackhi_epi16(pairs01, pairs23);
+  const __m512i low_nibble = _mm512_set1_epi8(15);
+  quads[0] = _mm512_and_si512(a, low_nibble);
+  quads[1] = _mm512_and_si512(_mm512_srli_epi16(a, 4), low_nibble);
+  quads[2] = _mm512_and_si512(b, low_nibble);
+  quads[3] = _mm512_and_si512(_mm512_srli_epi16(b, 4), low_nibble);
 }
 
 // What each format contributes, per 64-value piece of a row:
@@ -94,14 +115,16 @@ inline void PairNibbleWords64(const uint8_t* a, const uint8_t* b, __m512i* pairs
 //   values in bytes 0..31, the odd ones in 32..63); PrepareCodeQuery takes
 //   the bias off again. int8 makes them from a row, int4 and fp4 from
 //   nibbles already split, one per byte.
-// - ValuePairs: two rows' codes as the int16 pairs the value sums read:
-//   code + kValueBias, a value being code * kValueUnit (the sums take
-//   kValueBias times the weights' sum off again); ValueOfSlot(i) says which
-//   value slot i of a piece's sums holds (vector i / 16, lane i % 16).
+// - kWeightSteps: what the value weights are rounded to (TileWeights).
+// - the codes the value sums read, a value being code * kValueUnit. int8:
+//   ValuePairs, two rows' codes as int16 pairs. int4 and fp4:
+//   SignedOfNibbles, the signed codes of QuadNibbles64's nibbles.
+//   ValueOfSlot(i) says which value slot i of a piece's sums holds (vector
+//   i / 16, lane i % 16).
 struct Int8Codes {
   static constexpr bool kNibbles = false;
+  static constexpr int kWeightSteps = 32767;
   static constexpr float kValueUnit = 1.0f;
-  static constexpr int kValueBias = 0;
   static __m512i Unsigned64(const uint8_t* row, int piece) {
     return _mm512_xor_si512(_mm512_loadu_si512(row + 64 * piece), _mm512_set1_epi8(-128));
   }
@@ -114,25 +137,26 @@ struct Int8Codes {
   }
 };
 
-// int4 and fp4: the value of slot i after PairNibbleWords64.
+// int4 and fp4: the value of slot i after QuadNibbles64.
 constexpr int NibbleValueOfSlot(int slot) {
   const int vec = slot / 16, lane = slot % 16;
-  const int byte = 8 * (lane / 4) + 4 * (vec & 1) + lane % 4;
-  return 2 * byte + (vec >> 1);
+  const int byte = kQuarterByte[lane / 4] + 4 * (vec >> 1) + lane % 4;
+  return 2 * byte + (vec & 1);
 }
 
 // int4: nibble n holds code (n ^ 8) - 8, so u = n ^ 8 = code + 8.
 struct Int4Codes {
   static constexpr bool kNibbles = true;
+  static constexpr int kWeightSteps = 255;
   static constexpr float kValueUnit = 1.0f;
-  static constexpr int kValueBias = 8;
   // Nibbles one per byte (each byte < 16) -> their unsigned codes.
   static __m512i UnsignedOfNibbles(__m512i nibbles) {
     return _mm512_xor_si512(nibbles, _mm512_set1_epi8(8));
   }
-  static void ValuePairs(const uint8_t* a, const uint8_t* b, int piece, __m512i* pairs) {
-    PairNibbleWords64(a + 32 * piece, b + 32 * piece, pairs);
-    for (int c = 0; c < 4; ++c) pairs[c] = _mm512_xor_si512(pairs[c], _mm512_set1_epi16(8));
+  static __m512i SignedOfNibbles(__m512i nibbles) {
+    const __m512i code = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1));
+    return _mm512_shuffle_epi8(code, nibbles);
   }
   static constexpr int ValueOfSlot(int slot) { return NibbleValueOfSlot(slot); }
 };
@@ -141,19 +165,17 @@ struct Int4Codes {
 // (the query's scale carries the 1/2, and kValueUnit the values').
 struct Fp4Codes {
   static constexpr bool kNibbles = true;
+  static constexpr int kWeightSteps = 255;
   static constexpr float kValueUnit = 0.5f;
-  static constexpr int kValueBias = 12;
   static __m512i UnsignedOfNibbles(__m512i nibbles) {
     const __m512i twice_plus_12 = _mm512_broadcast_i32x4(
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     return _mm512_shuffle_epi8(twice_plus_12, nibbles);
   }
-  // The table maps each word's zero high byte to 12 too; the mask clears it.
-  static void ValuePairs(const uint8_t* a, const uint8_t* b, int piece, __m512i* pairs) {
-    PairNibbleWords64(a + 32 * piece, b + 32 * piece, pairs);
-    for (int c = 0; c < 4; ++c) {
-      pairs[c] = _mm512_and_si512(UnsignedOfNibbles(pairs[c]), _mm512_set1_epi16(0xff));
-    }
+  static __m512i SignedOfNibbles(__m512i nibbles) {
+    const __m512i twice = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    return _mm512_shuffle_epi8(twice, nibbles);
   }
   static constexpr int ValueOfSlot(int slot) { return NibbleValueOfSlot(slot); }
 };
@@ -329,17 +351,19 @@ inline __m512 CodeScores16(const CodeQuery& query, int g, const __m512i* dots, i
 
 // The weights of one head for one tile, rounded for the integer sum:
 // w_j * v_scale_j (* kValueUnit) = step * weight[j], weight[j] in
-// [0, 32767] an int16, step = the tile's largest / 32767; pair p of
-// `pairs` holds weights 2p and 2p + 1. A step of NaN (a weight not finite:
-// a NaN score or scale) makes the head's output NaN, as an fp32 sum would.
+// [0, kWeightSteps], step = the tile's largest / kWeightSteps. `packed`
+// holds them as the value sums read them: int16 pairs (int8 rows; word p
+// holds weights 2p and 2p + 1) or uint8 quads (4-bit rows; word p holds
+// weights 4p .. 4p + 3). A step of NaN (a weight not finite: a NaN score
+// or scale) makes the head's output NaN, as an fp32 sum would.
 struct TileWeights {
-  alignas(64) int32_t pairs[kMaxHeadsPerPass][kTile / 2];
+  alignas(64) int32_t packed[kMaxHeadsPerPass][kTile / 2];
   float step[kMaxHeadsPerPass];
-  int32_t sum[kMaxHeadsPerPass];  // of the head's int16 weights (kValueBias != 0 only)
 };
 
 template <class Codes>
 inline void RoundWeights(const float* w, __m512 vs0, __m512 vs1, int g, TileWeights* out) {
+  constexpr float kSteps = Codes::kWeightSteps;
   const __m512 x0 = _mm512_mul_ps(_mm512_load_ps(w), vs0);
   const __m512 x1 = _mm512_mul_ps(_mm512_load_ps(w + 16), vs1);
   const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
@@ -348,25 +372,30 @@ inline void RoundWeights(const float* w, __m512 vs0, __m512 vs1, int g, TileWeig
   const float largest = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));  // >= 0
   __m512i q0 = _mm512_setzero_si512(), q1 = _mm512_setzero_si512();
   if (finite && largest > 0.0f) {
-    // x * (32767 / largest) <= 32767 (1 + 2^-23): rounds to at most 32767.
-    const __m512 to_steps = _mm512_set1_ps(32767.0f / largest);
+    // x * (kSteps / largest) <= kSteps (1 + 2^-23): rounds to at most kSteps.
+    const __m512 to_steps = _mm512_set1_ps(kSteps / largest);
     q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, to_steps));
     q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, to_steps));
   }
-  out->step[g] = !finite ? std::numeric_limits<float>::quiet_NaN() : largest * (1.0f / 32767.0f);
-  if constexpr (Codes::kValueBias != 0)
-    out->sum[g] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out->pairs[g]), _mm512_cvtsepi32_epi16(q0));
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out->pairs[g] + 8), _mm512_cvtsepi32_epi16(q1));
+  out->step[g] = !finite ? std::numeric_limits<float>::quiet_NaN() : largest * (1.0f / kSteps);
+  if constexpr (Codes::kNibbles) {
+    auto* bytes = reinterpret_cast<__m128i*>(out->packed[g]);
+    _mm_store_si128(bytes, _mm512_cvtusepi32_epi8(q0));
+    _mm_store_si128(bytes + 1, _mm512_cvtusepi32_epi8(q1));
+  } else {
+    auto* words = reinterpret_cast<__m256i*>(out->packed[g]);
+    _mm256_store_si256(words, _mm512_cvtsepi32_epi16(q0));
+    _mm256_store_si256(words + 1, _mm512_cvtsepi32_epi16(q1));
+  }
 }
 
 // For kHeads heads (pass indices heads[0, kHeads)), piece `piece` of the
-// values: acc = sum_j weight[j] * (code_j + kValueBias) over the first n
-// keys in int32, less kValueBias * sum_j weight[j] (exact: every partial
-// sum is below 32 * 32767 * 128 < 2^31, so in any order), then
-// out = out * corr + acc * step, out in slot order. v_rows holds n
-// rounded up to even rows (an odd n's last row twice; its partner's weight
-// is 0).
+// values: acc = sum_j weight[j] * code_j over the first n keys in int32
+// (exact: every partial sum is below 32 * 32767 * 128 < 2^31, so in any
+// order), then out = out * corr + acc * step * kValueUnit (the unit is in
+// the weights), out in slot order. v_rows holds n rounded up to a whole
+// group (int8: pairs, 4-bit: quads) with copies of the last row, whose
+// weights are 0.
 template <class Codes, int kHeads>
 void AccumulateCodes(HeadPass& pass, const int* heads, const float* corr, const TileWeights& tw,
                      const uint8_t* const* v_rows, int n, int piece) {
@@ -374,22 +403,27 @@ void AccumulateCodes(HeadPass& pass, const int* heads, const float* corr, const 
   for (int h = 0; h < kHeads; ++h) {
     for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_si512();
   }
-  for (int j = 0; j < n; j += 2) {
-    __m512i pairs[4];
-    Codes::ValuePairs(v_rows[j], v_rows[j + 1], piece, pairs);
+  constexpr int kGroup = Codes::kNibbles ? 4 : 2;  // keys per 32-bit lane
+  for (int j = 0; j < n; j += kGroup) {
+    __m512i codes[4];
+    if constexpr (Codes::kNibbles) {
+      QuadNibbles64(v_rows + j, piece, codes);
+      for (int c = 0; c < 4; ++c) codes[c] = Codes::SignedOfNibbles(codes[c]);
+    } else {
+      Codes::ValuePairs(v_rows[j], v_rows[j + 1], piece, codes);
+    }
     for (int h = 0; h < kHeads; ++h) {
-      const __m512i wj = _mm512_set1_epi32(tw.pairs[heads[h]][j / 2]);
-      for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_dpwssd_epi32(acc[h][c], pairs[c], wj);
+      const __m512i wj = _mm512_set1_epi32(tw.packed[heads[h]][j / kGroup]);
+      for (int c = 0; c < 4; ++c) {
+        acc[h][c] = Codes::kNibbles ? _mm512_dpbusd_epi32(acc[h][c], wj, codes[c])
+                                    : _mm512_dpwssd_epi32(acc[h][c], codes[c], wj);
+      }
     }
   }
   for (int h = 0; h < kHeads; ++h) {
     const int g = heads[h];
     float* out = pass.out[g] + 64 * piece;
     const __m512 ch = _mm512_set1_ps(corr[g]), step = _mm512_set1_ps(tw.step[g]);
-    if constexpr (Codes::kValueBias != 0) {
-      const __m512i bias = _mm512_set1_epi32(Codes::kValueBias * tw.sum[g]);
-      for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_sub_epi32(acc[h][c], bias);
-    }
     for (int c = 0; c < 4; ++c) {
       const __m512 kept = _mm512_mul_ps(_mm512_loadu_ps(out + 16 * c), ch);
       _mm512_storeu_ps(out + 16 * c, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][c]), step, kept));
@@ -444,26 +478,26 @@ void AttendCodeTile(const PagedAttentionParams& p, HeadPass& pass, const CodeQue
       round_weights);
   if (next_tile != nullptr) next_tile->IssueRest();
   if (most_keys == 0) return;
-  // Value rows in pairs: an odd count's last row twice.
-  const uint8_t* pair_rows[kTile + 1];
-  std::copy_n(v_rows, most_keys, pair_rows);
-  pair_rows[most_keys] = pair_rows[most_keys - 1];
+  // Value rows in whole groups (AccumulateCodes): the last row repeated.
+  const uint8_t* group_rows[kTile + 3];
+  std::copy_n(v_rows, most_keys, group_rows);
+  std::fill_n(group_rows + most_keys, 3, group_rows[most_keys - 1]);
   // The heads four at a time; a head's weights past its own key count are
   // 0, so sharing a block with heads that attend more keys adds exact zeros.
   for (int c = 0; c < pieces; ++c) {
     for (int a = 0; a < num_active; a += 4) {
       switch (std::min(4, num_active - a)) {
         case 4:
-          AccumulateCodes<Codes, 4>(pass, active + a, corr, tw, pair_rows, most_keys, c);
+          AccumulateCodes<Codes, 4>(pass, active + a, corr, tw, group_rows, most_keys, c);
           break;
         case 3:
-          AccumulateCodes<Codes, 3>(pass, active + a, corr, tw, pair_rows, most_keys, c);
+          AccumulateCodes<Codes, 3>(pass, active + a, corr, tw, group_rows, most_keys, c);
           break;
         case 2:
-          AccumulateCodes<Codes, 2>(pass, active + a, corr, tw, pair_rows, most_keys, c);
+          AccumulateCodes<Codes, 2>(pass, active + a, corr, tw, group_rows, most_keys, c);
           break;
         default:
-          AccumulateCodes<Codes, 1>(pass, active + a, corr, tw, pair_rows, most_keys, c);
+          AccumulateCodes<Codes, 1>(pass, active + a, corr, tw, group_rows, most_keys, c);
           break;
       }
     }

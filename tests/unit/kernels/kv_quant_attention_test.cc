@@ -16,10 +16,10 @@
 // far more (a code step is >= 1/127 of the row's range).
 //
 // The integer-code path (attention.h) rounds q to int8 digits and each
-// tile's weights x V scales to int16 multiples of the tile's largest / 32767;
-// on that path the reference rounds both the same way, so the same bound
-// holds (without the reference's weight rounding the path misses it by up to
-// 2.6e-5).
+// tile's weights x V scales to multiples of the tile's largest / 32767 (or
+// / 255: CodeWeightSteps); on that path the reference rounds both the same
+// way, so the same bound holds (without the reference's weight rounding the
+// path misses it by up to 2.6e-5).
 //
 // The bf16-dot fp8 path (attention.h, UsesBf16DotFp8Attention) rounds q to
 // bf16, and so does the reference. It rounds each weight times its V row's
@@ -282,21 +282,33 @@ class Paged {
       mx = std::max(mx, w[j]);
     }
     for (double& x : w) sum += (x = std::exp(x - mx));
-    // The integer-code path sums values as int16 weights times codes: per
+    // The integer-code path sums values as integer weights times codes: per
     // aligned tile of 32 keys, w_j * v_scale_j rounded to a multiple of the
-    // tile's largest / 32767. So does the reference then (the ratio does not
-    // depend on the softmax's running max).
-    std::vector<double> rounded = w;
+    // tile's largest / CodeWeightSteps (32767, or 255 for 4-bit rows on
+    // AVX-512 VNNI). So does the reference then (the ratio does not depend
+    // on the softmax's running max). The kernel's weights carry fp32 errors
+    // (a few 2^-24 of a score, relative in its exp), so a weight that lands
+    // within 2^-18 of its step count from half a step may round the other
+    // way there: one step of that weight (either_way[j]) joins the bound.
+    // That matters at 255 steps, where one step moves an output by up to
+    // 1/255 of the weight's share; at 32767 it never came up.
+    std::vector<double> rounded = w, either_way(p + 1, 0.0);
     if (UsesIntegerCodeAttention(dt_, c_.dim)) {
+      const double steps = CodeWeightSteps(dt_);
       for (int t0 = 0; t0 <= p; t0 += kAttentionKeyTile) {
         const int t1 = std::min(p + 1, t0 + kAttentionKeyTile);
         double largest = 0;
         for (int j = t0; j < t1; ++j) largest = std::max(largest, w[j] * vs_[row_index(s, j, kvh)]);
         for (int j = t0; j < t1; ++j) {
           const double vs = vs_[row_index(s, j, kvh)];
-          rounded[j] = largest > 0 && vs > 0
-                           ? std::nearbyint(w[j] * vs / largest * 32767) * largest / 32767 / vs
-                           : 0.0;
+          if (!(largest > 0 && vs > 0)) {
+            rounded[j] = 0.0;
+            continue;
+          }
+          const double x = w[j] * vs / largest * steps, step = largest / steps / vs;
+          rounded[j] = std::nearbyint(x) * step;
+          const double from_half = std::fabs(x - std::floor(x) - 0.5);
+          if (from_half <= std::ldexp(steps, -18)) either_way[j] = step;
         }
       }
     }
@@ -308,6 +320,7 @@ class Paged {
         const double v = DecodeRef(dt_, row, vs_[r], d);
         out[d] += rounded[j] / sum * v;
         if (bf16_dot) (*bound)[d] += std::ldexp(w[j] / sum * std::fabs(v), -8);
+        (*bound)[d] += either_way[j] / sum * std::fabs(v);
       }
     }
     return out;
