@@ -121,9 +121,10 @@ inline double CopyBytesPerSecond(int threads, size_t bytes) {
 // plus writes (this project's Zen 4 VM: two cores read 30-31 GB/s while
 // they copy 38-39) this is the rate to compare a decode with, which the
 // copy figure alone hides. Not a strict ceiling: a kernel that asks ahead
-// (prefetches) can read faster than this plain loop, and one process's
-// figure moves with the memory as the copy's does. Timed as
-// CopyBytesPerSecond is.
+// (prefetches) can read faster than this plain loop. Its figure moves with
+// the memory as the copy's does, and on that VM within seconds (two modes,
+// about 32 and 46-59 GB/s: docs/benchmarks.md), so take it beside what it
+// divides. Timed as CopyBytesPerSecond is.
 inline double ReadBytesPerSecond(int threads, size_t bytes) {
   constexpr auto kHuge = kernels::AlignedBuffer::Pages::kHuge;
   kernels::AlignedBuffer src(bytes / sizeof(float), kHuge);

@@ -27,9 +27,17 @@ What it does (nothing is written into the repository):
          chunks, so it understates the decode rate) and kvserve-loadgen's
          output tokens/s over the whole run (prefill included);
   4. prints the medians, the kvserve / llama.cpp ratios (of the medians, and
-     the median of the per-repeat ratios), and kvserve's decode
-     bytes per token against the in-run copy bandwidth (kvserve_engine_bench
-     measures the copy bandwidth).
+     the median of the per-repeat ratios);
+  5. per repeat and program, the decode's share of the read ceiling: weight
+     bytes per token (kvserve's host_weights_mb from its startup log, the
+     GGUF file's size for llama.cpp, which holds the same tensors at the
+     same precision plus a few MB of tokenizer) times decode tokens/s, over
+     the mean of the memory's read bandwidth sampled just before and just
+     after that program's decode (kvserve_memory_bench). The memory of this
+     project's VM moves by up to 2x within seconds, so the decode ratio of
+     one repeat can be a ratio of memory states; the ratio of the two shares
+     divides that out. A share near 100% means that program's decode is at
+     the memory's ceiling, where no kernel can be faster at that precision.
 Threads: both use every core (--threads, default nproc).
 """
 import argparse
@@ -48,6 +56,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 BUILD = os.environ.get("KVSERVE_BUILD_DIR", os.path.join(REPO, "build"))
 KVSERVE = os.path.join(BUILD, "server", "kvserve")
 LOADGEN = os.path.join(BUILD, "tools", "loadgen", "kvserve-loadgen")
+MEMORY_BENCH = os.path.join(BUILD, "bench", "kvserve_memory_bench")
 PY = sys.executable
 
 # precision -> (kvserve flags, GGUF outtype)
@@ -98,12 +107,21 @@ def make_ggufs(build, ckpt, work, shape):
     return out
 
 
+def read_gbps(threads):
+    """The memory's read bandwidth now, GB/s (a second or two)."""
+    out = sh([MEMORY_BENCH, f"--threads={threads}"])
+    return float(re.search(r"read_gbps=([0-9.]+)", out).group(1))
+
+
 def llama_bench(build, gguf, threads):
+    """prefill tok/s, decode tok/s, and the read bandwidth around them."""
+    before = read_gbps(threads)
     rows = json.loads(sh([os.path.join(build, "bin", "llama-bench"), "-m", gguf, "-p", str(PROMPT),
                           "-n", str(OUTPUT), "-t", str(threads), "-r", "1", "-o", "json"]))
+    after = read_gbps(threads)
     pp = next(r["avg_ts"] for r in rows if r["n_prompt"] == PROMPT and r["n_gen"] == 0)
     tg = next(r["avg_ts"] for r in rows if r["n_gen"] == OUTPUT and r["n_prompt"] == 0)
-    return pp, tg
+    return pp, tg, (before + after) / 2
 
 
 def llama_batched(build, gguf, threads):
@@ -128,6 +146,11 @@ class Daemon:
                 self.metrics = "http://" + re.search(r"metrics=(\S+)", line).group(1) + "/metrics"
                 return
         raise RuntimeError(f"kvserve did not start; see {log_prefix}.stderr")
+
+    def weight_bytes(self):
+        """The weights' bytes, from the startup log (MiB)."""
+        with open(self.stderr.name) as f:
+            return float(re.search(r"host_weights_mb=([0-9.]+)", f.read()).group(1)) * (1 << 20)
 
     def loadgen(self, out_json, concurrency, num_requests):
         subprocess.run([LOADGEN, f"--address={self.grpc}", f"--concurrency={concurrency}",
@@ -155,19 +178,22 @@ def all_decoding_rate(phase):
     return sum(1 for t in times for x in t if start < x <= end) / (end - start)
 
 
-def kvserve_runs(ckpt, flags, prefix):
+def kvserve_runs(ckpt, flags, prefix, threads):
     d = Daemon(ckpt, flags, prefix)
     try:
         d.loadgen(prefix + "-warmup.json", 1, 1)
+        before = read_gbps(threads)  # the daemon is idle while this reads
         single = d.loadgen(prefix + "-c1.json", 1, 3)
+        after = read_gbps(threads)
         batched = d.loadgen(prefix + "-c32.json", BATCH, BATCH)
+        weight_bytes = d.weight_bytes()
     finally:
         d.stop()
     if single["num_failed"] or batched["num_failed"]:
         raise RuntimeError(f"kvserve requests failed; see {prefix}-*.json")
     return (PROMPT / (single["ttft_ms"]["p50"] / 1e3), 1e3 / single["tpot_ms"]["p50"],
             all_decoding_rate(batched), BATCH * 1e3 / batched["tpot_ms"]["p50"],
-            batched["output_token_throughput"])
+            batched["output_token_throughput"], (before + after) / 2, weight_bytes)
 
 
 def rss_mb(ckpt, flags):
@@ -204,13 +230,17 @@ def main():
             flags, outtype = PRECISIONS[precision]
             runs = {k: [] for k in ("kv_prefill", "kv_decode", "kv_batched", "kv_batched_tpot",
                                     "kv_batched_whole_run", "ll_prefill", "ll_decode",
-                                    "ll_batched")}
+                                    "ll_batched", "kv_read_gbps", "ll_read_gbps",
+                                    "kv_decode_of_read", "ll_decode_of_read")}
+            gguf_bytes = os.path.getsize(ggufs[outtype])
             for r in range(args.repeats):
-                pp, tg = llama_bench(build, ggufs[outtype], args.threads)
-                kp, kd, kb, kt, kw = kvserve_runs(ckpt, flags,
-                                                  os.path.join(work, f"{shape}-{precision}-{r}"))
+                pp, tg, ll_read = llama_bench(build, ggufs[outtype], args.threads)
+                kp, kd, kb, kt, kw, kv_read, kv_bytes = kvserve_runs(
+                    ckpt, flags, os.path.join(work, f"{shape}-{precision}-{r}"), args.threads)
                 lb = llama_batched(build, ggufs[outtype], args.threads)
-                for k, v in zip(runs, (kp, kd, kb, kt, kw, pp, tg, lb)):
+                for k, v in zip(runs, (kp, kd, kb, kt, kw, pp, tg, lb, kv_read, ll_read,
+                                       kd * kv_bytes / (kv_read * 1e9),
+                                       tg * gguf_bytes / (ll_read * 1e9))):
                     runs[k].append(v)
             med = {k: statistics.median(v) for k, v in runs.items()}
             med["rss_mb"] = rss_mb(ckpt, flags)
@@ -225,6 +255,16 @@ def main():
                 print(f"  {what:8s} kvserve {k:8.1f} tok/s  llama.cpp {l:8.1f} tok/s  ratio {k / l:.2f}x"
                       f"  (per repeat {' / '.join(f'{x:.2f}' for x in paired)},"
                       f" median {med['ratio_' + what]:.2f}x)")
+            shares = [a / b for a, b in zip(runs["kv_decode_of_read"], runs["ll_decode_of_read"])]
+            med["ratio_decode_of_read"] = statistics.median(shares)
+            print("  decode bytes/s over the read bandwidth around it, per repeat (that"
+                  " bandwidth in GB/s):")
+            for who, key in (("kvserve", "kv"), ("llama.cpp", "ll")):
+                print(f"    {who:9s} " + " / ".join(
+                    f"{x:.0%} ({g:.1f})"
+                    for x, g in zip(runs[key + "_decode_of_read"], runs[key + "_read_gbps"])))
+            print(f"    ratio     {' / '.join(f'{x:.2f}' for x in shares)},"
+                  f" median {med['ratio_decode_of_read']:.2f}x")
             print(f"  kvserve batched 32 / TPOT p50: {med['kv_batched_tpot']:.1f} tok/s; output tok/s"
                   f" over the whole run (prefill included): {med['kv_batched_whole_run']:.1f}")
             print(f"  kvserve RSS (idle, model loaded): {med['rss_mb']:.0f} MiB")
