@@ -287,11 +287,14 @@ class Paged {
     // tile's largest / CodeWeightSteps (32767, or 255 for 4-bit rows on
     // AVX-512 VNNI). So does the reference then (the ratio does not depend
     // on the softmax's running max). The kernel's weights carry fp32 errors
-    // (a few 2^-24 of a score, relative in its exp), so a weight that lands
-    // within 2^-18 of its step count from half a step may round the other
-    // way there: one step of that weight (either_way[j]) joins the bound.
-    // That matters at 255 steps, where one step moves an output by up to
-    // 1/255 of the weight's share; at 32767 it never came up.
+    // (a few 2^-24 of a score, relative in its exp): up to steps * 2^-18 in
+    // units of a step. A weight that close to half a step may round the
+    // other way there, so one step of it (either_way[j]) joins the bound.
+    // At 255 steps one such weight put an int4 output 2.4e-4 off; at 32767
+    // a step is within the 2e-5 budget, and the same rule adds at most
+    // 1/32767 of the weights' share. (A weight scale off by 1e-4 still fails
+    // the tests on every such path: tried on AVX-512 int8, int4 and fp4 and
+    // AVX2 int4 and fp4.)
     std::vector<double> rounded = w, either_way(p + 1, 0.0);
     if (UsesIntegerCodeAttention(dt_, c_.dim)) {
       const double steps = CodeWeightSteps(dt_);
