@@ -6,8 +6,9 @@
 //   (c) GEMM GFLOP/s at prefill shapes, and the ratio to (a);
 //   (d) GEMV (m = 1, decode) bytes of W read per second with W far larger than
 //       L3, and the ratio to (b);
-//   (e) the dot-product formats' GEMMs at batched shapes against the measured
-//       peak of their instruction (vdpbf16ps, vpdpbusd);
+//   (e) bfloat16 and int8 (widened to fp32) and the dot-product formats'
+//       GEMMs at batched shapes against the measured peak of the instruction
+//       that does their products (FMA, vdpbf16ps, vpdpbusd);
 //   plus ThreadPool dispatch latency and decode attention.
 // No assertions; threads from $KVSERVE_NUM_THREADS, else all hardware threads.
 #include <immintrin.h>
@@ -281,13 +282,20 @@ int Main() {
   }
 
   std::printf(
-      "\n(e) dot-product GEMMs through 8 distinct Qwen2.5-0.5B layers (qkv, o, gate_up, down;\n"
-      "    bf16dot 226 MB, w8a8 113 MB): G(FL)OP/s against the instruction's peak, all threads\n");
-  std::printf("    vdpbf16ps peak %.1f GFLOP/s, vpdpbusd peak %.1f GOP/s (0: not on this CPU)\n",
-              peak_bf16, peak_vnni);
+      "\n(e) GEMMs through 8 distinct Qwen2.5-0.5B layers (qkv, o, gate_up, down; bfloat16\n"
+      "    226 MB, int8 113 MB): G(FL)OP/s against the peak of the instruction that does the\n"
+      "    products (FMA for bfloat16 and int8, widened to fp32; vdpbf16ps for bf16dot,\n"
+      "    vpdpbusd for w8a8), all threads\n");
+  std::printf(
+      "    FMA peak %.1f GFLOP/s, vdpbf16ps peak %.1f GFLOP/s, vpdpbusd peak %.1f GOP/s (0: not "
+      "on this CPU)\n",
+      peak, peak_bf16, peak_vnni);
   std::printf("    %-12s %5s | %8s %8s\n", "format", "m", "G/s", "of peak");
-  for (WeightFormat f : {WeightFormat::kBF16Dot, WeightFormat::kW8A8}) {
-    const double peak_f = f == WeightFormat::kBF16Dot ? peak_bf16 : peak_vnni;
+  for (WeightFormat f :
+       {WeightFormat::kBF16, WeightFormat::kInt8, WeightFormat::kBF16Dot, WeightFormat::kW8A8}) {
+    const double peak_f = f == WeightFormat::kBF16Dot ? peak_bf16
+                          : f == WeightFormat::kW8A8  ? peak_vnni
+                                                      : peak;
     if (peak_f == 0) continue;
     for (int64_t m : {1, 8, 32, 128}) {
       const double g = LayerGemmGops(m, f, 8, &pool);

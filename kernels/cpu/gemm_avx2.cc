@@ -31,7 +31,9 @@ struct Ops : Avx2Tiling {
         _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
   static V LoadU(const float* p) { return _mm256_loadu_ps(p); }
-  static V Broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static V FmaBroadcast(const float* p, V w, V acc) {
+    return _mm256_fmadd_ps(_mm256_broadcast_ss(p), w, acc);
+  }
   static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V Add(V a, V b) { return _mm256_add_ps(a, b); }
   static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }

@@ -31,8 +31,17 @@ struct Ops : Avx512Tiling {
         _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))));
   }
   static V LoadU(const float* p) { return _mm512_loadu_ps(p); }
-  static V Broadcast(const float* p) { return _mm512_set1_ps(*p); }
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  // acc + *p * w with *p broadcast by the FMA's own load ({1to16}). From
+  // intrinsics (_mm512_set1_ps(*p) in each FMA) GCC 12 emits one
+  // vbroadcastss per row of a tile into a register and, in the 12 x 2 tile,
+  // keeps the rows' pointers on the stack; that loop ran the int8 and
+  // 16-bit tiles at 82-85% of the FMA peak on Zen 4, this one at 90-95%
+  // (docs/benchmarks.md, 2026-11-29). The same FMAs either way.
+  static V FmaBroadcast(const float* p, V w, V acc) {
+    asm("vfmadd231ps %1%{1to16%}, %2, %0" : "+v"(acc) : "m"(*p), "v"(w));
+    return acc;
+  }
   static V Add(V a, V b) { return _mm512_add_ps(a, b); }
   static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static void StoreU(float* p, V v) { _mm512_storeu_ps(p, v); }

@@ -1,8 +1,9 @@
 // Internal to kernels/cpu: the register-tiled GEMM body shared by the AVX2 and
 // AVX-512 translation units. Each includes this file inside its
 // `#pragma GCC target` region after defining a vector-ops struct `Ops`:
-//   V, kLanes (8 or 16), Zero(), LoadU(), Broadcast(),
-//   Fma(a, b, c) = a*b+c with one rounding, Add(), Mul(), StoreU(),
+//   V, kLanes (8 or 16), Zero(), LoadU(),
+//   Fma(a, b, c) = a*b+c with one rounding, FmaBroadcast(p, w, acc) = Fma of
+//   *p in every lane, w and acc, Add(), Mul(), StoreU(),
 //   LoadW(F32W / Bf16W / F16W / Int8W tag, const T* p): kLanes weights at p
 //   (aligned) widened exactly to fp32,
 //   kMainRows, kMainPanels, kKBlock, RemPanels(rows),
@@ -64,9 +65,10 @@ inline void Tile(const float* x, int64_t ldx, const typename W::T* w, int64_t pa
     }
 #pragma GCC unroll 32
     for (int r = 0; r < MR; ++r) {
-      V xb = Ops::Broadcast(x + r * ldx + kk);
 #pragma GCC unroll 32
-      for (int j = 0; j < kVecs; ++j) acc[r][j] = Ops::Fma(xb, wv[j], acc[r][j]);
+      for (int j = 0; j < kVecs; ++j) {
+        acc[r][j] = Ops::FmaBroadcast(x + r * ldx + kk, wv[j], acc[r][j]);
+      }
     }
   }
 

@@ -44,9 +44,12 @@ struct Ops : Avx512Tiling {
   }
   static V LoadW(Int8W, const int8_t* p) { return {I8x8(p), I8x8(p + 8)}; }
   static V LoadU(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
-  static V Broadcast(const float* p) { return {_mm256_broadcast_ss(p), _mm256_broadcast_ss(p)}; }
   static V Fma(V a, V b, V c) {
     return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+  }
+  static V FmaBroadcast(const float* p, V w, V acc) {
+    const __m256 x = _mm256_broadcast_ss(p);
+    return {_mm256_fmadd_ps(x, w.lo, acc.lo), _mm256_fmadd_ps(x, w.hi, acc.hi)};
   }
   static V Add(V a, V b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
   static V Mul(V a, V b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
