@@ -39,13 +39,12 @@ rm -rf "$reports" && mkdir -p "$reports"
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0"
-# Left out: test_help_output builds a Release copy of the programs from
-# scratch, and the teacher-forced accuracy tests (KvAccuracyTest: 14 model
+# Left out: the teacher-forced accuracy tests (KvAccuracyTest: 14 model
 # passes; WeightFormatsTest.Int8TeacherForced...: 2 passes of 2,048 tokens)
 # are numerics the Release suite has checked (the KV and GEMM kernels they
 # use run here in their own tests).
 (cd "$asan" && ctest --output-on-failure -j "$jobs" --timeout 1500 -L 'unit|integration|fuzz' \
-  -E 'test_help_output|KvAccuracyTest|TeacherForced')
+  -E 'KvAccuracyTest|TeacherForced')
 check_reports "$reports"
 
 # Coverage-guided fuzzing from the seeds, for a bounded time per target. The
