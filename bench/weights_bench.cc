@@ -56,10 +56,10 @@ const Format kFormats[] = {
 };
 
 struct Result {  // written by the child through a pipe
-  // read_bw_before / read_bw: the read roofline just before and just after
+  // read_bw_before / read_bw_after: the read roofline just before and just after
   // the timed decode (this VM's memory moves by up to 2x within seconds, so
   // one figure taken after the decode can miss what the decode had).
-  double decode_tps, prefill_tps, bytes_per_token, copy_bw, read_bw_before, read_bw, rss_mb,
+  double decode_tps, prefill_tps, bytes_per_token, copy_bw, read_bw_before, read_bw_after, rss_mb,
       peak_rss_mb, weights_mb;
 };
 
@@ -115,7 +115,7 @@ Result Measure(const std::string& model_name, const Format& f, int prompt_len, i
   const double kv_bytes = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 4 * context;
   r.bytes_per_token = static_cast<double>((*model)->weights.StreamedBytesPerToken()) + kv_bytes;
   r.copy_bw = kvserve::bench::CopyBytesPerSecond(pool.num_threads(), size_t{512} << 20);
-  r.read_bw = kvserve::bench::ReadBytesPerSecond(pool.num_threads(), size_t{512} << 20);
+  r.read_bw_after = kvserve::bench::ReadBytesPerSecond(pool.num_threads(), size_t{512} << 20);
   return r;
 }
 
@@ -192,13 +192,13 @@ int main(int argc, char** argv) {
     const Result& m = rs[rs.size() / 2];
     if (fp32_tps == 0) fp32_tps = m.decode_tps;  // the first format listed
     const double gbs = m.bytes_per_token * m.decode_tps / 1e9;
-    const double read_mean = (m.read_bw_before + m.read_bw) / 2;
+    const double read_mean = (m.read_bw_before + m.read_bw_after) / 2;
     std::printf(
         "| %s | %.1f | %.2fx | %.1f | %.1f | %.2f | %.0f%% (%.2f GB/s) | %.0f%% (%.2f / %.2f GB/s) "
         "| %.1f | %.1f | %.1f |\n",
         kFormats[i].name, m.decode_tps, m.decode_tps / fp32_tps, m.prefill_tps,
         m.bytes_per_token / 1e6, gbs, 100.0 * gbs * 1e9 / m.copy_bw, m.copy_bw / 1e9,
-        100.0 * gbs * 1e9 / read_mean, m.read_bw_before / 1e9, m.read_bw / 1e9, m.weights_mb,
+        100.0 * gbs * 1e9 / read_mean, m.read_bw_before / 1e9, m.read_bw_after / 1e9, m.weights_mb,
         m.rss_mb, m.peak_rss_mb);
   }
   return 0;
