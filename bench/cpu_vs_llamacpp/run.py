@@ -39,6 +39,10 @@ What it does (nothing is written into the repository):
      divides that out. A share near 100% means that program's decode is at
      the memory's ceiling, where no kernel can be faster at that precision.
 Threads: both use every core (--threads, default nproc).
+KV cache: llama.cpp keeps K and V in f16 unless told otherwise (-ctk / -ctv,
+not passed here), so kvserve gets --kv_cache_dtype=float16 too: the same
+precision for the cache as for the weights. --kv_cache_dtype=auto gives
+kvserve's CPU default (fp32), what this script ran before 2026-11-29.
 """
 import argparse
 import glob
@@ -216,6 +220,8 @@ def main():
     ap.add_argument("--work", default=None, help="scratch dir (default: a new temporary one)")
     ap.add_argument("--llama_cpp_build", default=None, help="an existing llama.cpp build dir")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--kv_cache_dtype", default="float16",
+                    help="kvserve's --kv_cache_dtype (float16: llama.cpp's own default)")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="kvserve-vs-llamacpp-")
     build = args.llama_cpp_build or build_llama_cpp(work)
@@ -228,6 +234,7 @@ def main():
         ggufs = make_ggufs(build, ckpt, work, shape)
         for precision in args.precisions.split(","):
             flags, outtype = PRECISIONS[precision]
+            flags = [*flags, f"--kv_cache_dtype={args.kv_cache_dtype}"]
             runs = {k: [] for k in ("kv_prefill", "kv_decode", "kv_batched", "kv_batched_tpot",
                                     "kv_batched_whole_run", "ll_prefill", "ll_decode",
                                     "ll_batched", "kv_read_gbps", "ll_read_gbps",
@@ -244,8 +251,10 @@ def main():
                     runs[k].append(v)
             med = {k: statistics.median(v) for k, v in runs.items()}
             med["rss_mb"] = rss_mb(ckpt, flags)
-            results[f"{shape} {precision}"] = dict(median=med, runs=runs, gguf=outtype)
-            print(f"{shape} {precision} (vs llama.cpp {outtype.upper()}), median of {args.repeats}:")
+            results[f"{shape} {precision}"] = dict(median=med, runs=runs, gguf=outtype,
+                                                   kv_cache_dtype=args.kv_cache_dtype)
+            print(f"{shape} {precision} (vs llama.cpp {outtype.upper()}; kvserve KV cache "
+                  f"{args.kv_cache_dtype}, llama.cpp's f16), median of {args.repeats}:")
             for what in ("prefill", "decode", "batched"):
                 k, l = med["kv_" + what], med["ll_" + what]
                 # Each repeat runs both programs back to back, so its ratio
