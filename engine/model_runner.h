@@ -46,6 +46,8 @@ class ModelRunner {
   KvCache& kv_cache() { return cache_; }
   int64_t block_size() const { return cache_.shape().block_size; }
   int64_t num_blocks() const { return cache_.shape().num_blocks; }
+  // The pool every kernel of a step runs on (owned elsewhere; see RunnerOptions).
+  kernels::ThreadPool* pool() const { return pool_; }
 
  private:
   void RunLayer(int64_t layer, const StepInput& in);

@@ -55,6 +55,7 @@ EngineCore::EngineCore(const EngineConfig& config, const ModelInfo& model,
       runner_(std::move(runner)),
       scheduler_(MakeSchedulerConfig(config, model), &kv_, model.tokenizer) {
   KVSERVE_CHECK(runner_ != nullptr);
+  scheduler_.set_sampling_pool(runner_->HostPool());
 }
 
 std::unique_ptr<EngineCore> EngineCore::ForModel(const engine::Model& model,

@@ -34,6 +34,10 @@ class StepRunner {
   // True for a runner that samples on its device: it is handed
   // StepInput::sample_specs and returns StepOutput::samples, not logits.
   virtual bool SamplesOnDevice() const { return false; }
+  // The host thread pool the runner's steps use, which the scheduler may use
+  // between steps on the same thread (it samples the rows of a step on it);
+  // nullptr: the scheduler keeps to the calling thread.
+  virtual kernels::ThreadPool* HostPool() const { return nullptr; }
 };
 
 // The CPU ModelRunner behind StepRunner.
@@ -44,6 +48,7 @@ class ModelStepRunner final : public StepRunner {
   absl::StatusOr<engine::StepOutput> Step(const engine::StepInput& input) override {
     return runner_.Step(input);
   }
+  kernels::ThreadPool* HostPool() const override { return runner_.pool(); }
   engine::ModelRunner& runner() { return runner_; }
 
  private:

@@ -32,6 +32,7 @@
 #include "engine/sampling/sampler.h"
 #include "engine/step_input.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/cpu/thread_pool.h"
 #include "scheduler/batch_planner.h"
 #include "scheduler/capacity_policy.h"
 #include "scheduler/kv_cache_manager.h"
@@ -92,6 +93,11 @@ class Scheduler {
   // After a successful step: advances computed tokens, registers full blocks
   // in the prefix cache, samples, checks stops, emits outputs, finishes.
   void Update(const SchedulerOutput& out, const engine::StepOutput& step, TimePoint now);
+  // Update samples the rows of a step on `pool` (nullptr: on the calling
+  // thread). The pool must be one only this thread drives (the runner's):
+  // Update runs between steps, never inside one. Each row's token is a pure
+  // function of that row and its request, so the pool changes no result.
+  void set_sampling_pool(kernels::ThreadPool* pool) { sampling_pool_ = pool; }
   // After a failed step: every scheduled request finishes as kError.
   void FailStep(const SchedulerOutput& out, const absl::Status& status, TimePoint now);
 
@@ -114,9 +120,10 @@ class Scheduler {
   void InsertRunning(Request* r);
   void RemoveRunning(Request* r);
 
-  void SampleAndEmit(Request* r, std::span<const float> logits, TimePoint now);
-  // Appends a token sampled elsewhere (on the device), then stop checks and
-  // outputs as SampleAndEmit.
+  // The host-sampled results of a step's logits rows, in row order, into
+  // sampled_ (empty when the runner sampled on its device).
+  void SampleRows(const SchedulerOutput& out, const engine::StepOutput& step);
+  // Appends a sampled token, then stop checks and outputs.
   void Emit(Request* r, engine::SampleResult result, TimePoint now);
   // Any unfinished state -> FINISHED: frees blocks, dequeues, completes and
   // delivers `out` as the final message, destroys the request.
@@ -134,8 +141,8 @@ class Scheduler {
   int64_t step_ = 0;
   int32_t num_with_deadline_ = 0;
 
-  engine::SamplerScratch sampler_scratch_;
-  std::vector<float> masked_row_;
+  kernels::ThreadPool* sampling_pool_ = nullptr;  // not owned
+  std::vector<engine::SampleResult> sampled_;     // SampleRows' output
   SchedulerStats stats_;
 };
 

@@ -240,8 +240,11 @@ double BlockSum(const float* values, size_t n) {
 }
 
 // Sum of masses of a row; with out non-null (it may alias row) the masses
-// are stored there too.
-double SumMasses(std::span<const float> row, const MassFn& mass, float* out) {
+// are stored there too. Also built for AVX2 and AVX-512 (the loader picks
+// one per CPU): wider vectors, the same bits, as the operations and their
+// order are fixed above (no FMA under -ffp-contract=off).
+__attribute__((target_clones("avx512f", "avx2", "default"))) double SumMasses(
+    std::span<const float> row, const MassFn& mass, float* out) {
   double total = 0.0;
   for (size_t start = 0; start < row.size(); start += kBlock) {
     const size_t n = std::min(kBlock, row.size() - start);
@@ -327,9 +330,11 @@ SampleResult SamplerImpl::Run(std::span<const float> logits, const SamplingParam
   std::transform(logits.begin(), logits.end(), row.begin(), Sanitize);
 
   // Logprobs come from the raw row, so they are taken before the penalties.
-  const double log_sum_exp = LogSumExp(row);
+  const double log_sum_exp =
+      params.logprobs ? LogSumExp(row) : std::numeric_limits<double>::quiet_NaN();
   const size_t num_top =
-      std::min(static_cast<size_t>(std::max(params.num_logprobs, 0)), row.size());
+      params.logprobs ? std::min(static_cast<size_t>(std::max(params.num_logprobs, 0)), row.size())
+                      : 0;
   TopRanked(row, num_top, result.top_logprobs);
   for (TokenLogprob& entry : result.top_logprobs) {
     entry.logprob = LogProb(row[entry.token], log_sum_exp);
@@ -341,7 +346,8 @@ SampleResult SamplerImpl::Run(std::span<const float> logits, const SamplingParam
   } else {
     result.token = Draw(params, CounterUniform(params.seed, output_tokens.size()), scratch);
   }
-  result.logprob = LogProb(Sanitize(logits[result.token]), log_sum_exp);
+  result.logprob = params.logprobs ? LogProb(Sanitize(logits[result.token]), log_sum_exp)
+                                   : std::numeric_limits<float>::quiet_NaN();
   return result;
 }
 

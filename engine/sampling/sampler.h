@@ -76,6 +76,10 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // [-2, 2]; 0: off
   uint64_t seed = 0;
   int32_t num_logprobs = 0;  // top-N logprobs to return, 0..kMaxLogprobs
+  // false: the result carries no logprobs (SampleResult::logprob NaN, no
+  // top entries, num_logprobs ignored), which spares a pass of exp over the
+  // row; the token is the same either way.
+  bool logprobs = true;
 
   // InvalidArgument naming the field, the allowed range and the value given.
   absl::Status Validate() const;
@@ -88,7 +92,7 @@ struct TokenLogprob {
 
 struct SampleResult {
   int32_t token = 0;
-  float logprob = 0.0f;                    // of the chosen token (raw distribution)
+  float logprob = 0.0f;  // of the chosen token (raw distribution); NaN without params.logprobs
   std::vector<TokenLogprob> top_logprobs;  // min(num_logprobs, vocab) entries, best first
 };
 

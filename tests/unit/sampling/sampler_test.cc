@@ -511,6 +511,29 @@ TEST(LogprobTest, CountAndMaskedEntries) {
   EXPECT_NEAR(result.top_logprobs[0].logprob, -std::log1p(std::exp(-1.0)), 1e-7);
 }
 
+TEST(LogprobTest, WithoutLogprobsTheSameTokensAndNone) {
+  const std::vector<int32_t> prompt{3, 9, 9};
+  for (uint32_t seed = 0; seed < 40; ++seed) {
+    const std::vector<float> row = RandomRow(3000, seed);
+    SamplingParams params;
+    params.temperature = seed % 4 == 0 ? 0.0f : 0.7f;
+    params.top_k = seed % 3 == 1 ? 50 : 0;
+    params.top_p = seed % 5 == 2 ? 0.8f : 1.0f;
+    params.repetition_penalty = seed % 2 == 0 ? 1.3f : 1.0f;
+    params.num_logprobs = 5;
+    params.seed = seed;
+    const std::vector<int32_t> output(seed % 7, 9);
+    const SampleResult with = Sample(row, params, prompt, output);
+    params.logprobs = false;
+    const SampleResult without = Sample(row, params, prompt, output);
+    EXPECT_EQ(without.token, with.token) << seed;
+    EXPECT_TRUE(std::isnan(without.logprob)) << seed;
+    EXPECT_THAT(without.top_logprobs, IsEmpty()) << seed;
+    EXPECT_FALSE(std::isnan(with.logprob)) << seed;
+    EXPECT_EQ(with.top_logprobs.size(), 5u) << seed;
+  }
+}
+
 // ---- Determinism --------------------------------------------------------------
 
 TEST(DeterminismTest, SameSeedAndPositionSameTokenAlways) {
