@@ -5,7 +5,8 @@
 //     BuildStepInput before it; Update after it: sampling, stop checks,
 //     detokenization, output callbacks) against the model step itself, on
 //     builtin:small at that batch. Target: under 2% of the step. Also the
-//     same host work over a null model at 256 and 1024 requests.
+//     same host work over a null model at 256 and 1024 requests (or
+//     --null-requests), sampling on the engine thread and on the thread pool.
 // (b) Shared-prefix workload: R requests (default 64) sharing a P-token
 //     system prompt (default 512) plus 32 tokens of their own, all arriving
 //     at once, generating 8 tokens each: prompt tokens computed and time to
@@ -13,6 +14,7 @@
 //
 //   kvserve_scheduler_bench [--quick] [--model builtin:small]
 //                           [--requests 256] [--prefix-requests 64] [--prefix-len 512]
+//                           [--null-requests 256,1024]
 //   --quick: builtin:tiny, fewer steps (a smoke test of the program).
 #include <algorithm>
 #include <chrono>
@@ -126,7 +128,8 @@ EngineConfig DecodeConfig(int n, int steps) {
   return c;
 }
 
-void PartA(const kvserve::engine::Model& model, int n, int steps) {
+void PartA(const kvserve::engine::Model& model, int n, int steps,
+           const std::vector<int>& null_requests) {
   std::printf("(a) scheduler overhead per decode step, %d running requests\n", n);
   for (const bool seeded : {false, true}) {
     const StepTimes t =
@@ -144,17 +147,23 @@ void PartA(const kvserve::engine::Model& model, int n, int steps) {
   std::printf(
       "  the same host work over a null model (all-zero logits: top-p keeps 90%% of the"
       " vocabulary, the sampler's worst case):\n");
+  auto& pool = kvserve::kernels::ThreadPool::Default();
   for (const bool seeded : {false, true}) {
-    for (int m : {256, 1024}) {
-      const EngineConfig c = DecodeConfig(m, 64);
-      auto core = std::make_unique<EngineCore>(
-          c, ModelInfoOf(model), std::make_unique<NullRunner>(model.config.vocab_size));
-      const StepTimes u = DecodeOverhead(std::move(core), m, 64, seeded);
-      std::printf(
-          "    %-12s %4d requests: schedule+build %7.1f us, update %7.1f us per step"
-          " (%.2f us per request)\n",
-          seeded ? "seeded top-p" : "greedy", m, u.schedule / u.steps * 1e6,
-          u.update / u.steps * 1e6, (u.schedule + u.update) / u.steps * 1e6 / m);
+    for (int m : null_requests) {
+      for (const bool on_pool : {false, true}) {
+        const EngineConfig c = DecodeConfig(m, 64);
+        auto core = std::make_unique<EngineCore>(
+            c, ModelInfoOf(model), std::make_unique<NullRunner>(model.config.vocab_size));
+        // The null runner names no pool; a model's runner lends its own.
+        core->scheduler().set_sampling_pool(on_pool ? &pool : nullptr);
+        const StepTimes u = DecodeOverhead(std::move(core), m, 64, seeded);
+        std::printf(
+            "    %-12s %4d requests, sampling on %-13s: schedule+build %7.1f us, update %8.1f us"
+            " per step (%.2f us per request)\n",
+            seeded ? "seeded top-p" : "greedy", m, on_pool ? "the pool" : "one thread",
+            u.schedule / u.steps * 1e6, u.update / u.steps * 1e6,
+            (u.schedule + u.update) / u.steps * 1e6 / m);
+      }
     }
   }
 }
@@ -228,6 +237,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string model_name = "builtin:small";
   int requests = 256, prefix_requests = 64, prefix_len = 512;
+  std::vector<int> null_requests = {256, 1024};
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : (std::exit(2), ""); };
     if (std::strcmp(argv[i], "--quick") == 0) {
@@ -241,6 +251,18 @@ int main(int argc, char** argv) {
       prefix_requests = std::atoi(next());
     } else if (std::strcmp(argv[i], "--prefix-len") == 0) {
       prefix_len = std::atoi(next());
+    } else if (std::strcmp(argv[i], "--null-requests") == 0) {
+      null_requests.clear();
+      for (const char* s = next(); *s != '\0';) {
+        char* end = nullptr;
+        const long v = std::strtol(s, &end, 10);
+        if (end == s || v <= 0) {
+          std::fprintf(stderr, "--null-requests: a comma-separated list of positive counts\n");
+          return 2;
+        }
+        null_requests.push_back(static_cast<int>(v));
+        s = *end == ',' ? end + 1 : end;
+      }
     } else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -253,7 +275,7 @@ int main(int argc, char** argv) {
   }
   std::printf("kvserve scheduler bench: %s, %d threads\n\n", model_name.c_str(),
               kvserve::kernels::ThreadPool::Default().num_threads());
-  PartA(**model, requests, quick ? 4 : 16);
+  PartA(**model, requests, quick ? 4 : 16, null_requests);
   PartB(**model, prefix_requests, prefix_len);
   return 0;
 }
