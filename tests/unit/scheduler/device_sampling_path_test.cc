@@ -65,15 +65,7 @@ std::vector<RequestParams> MakeRequests() {
       for (int32_t t = 0; t < 128; ++t) p.stop.stop_token_ids.push_back(t);
     }
     p.return_logprobs = i % 2 == 0;
-    p.sampling.num_logprobs = i % 4;
-    p.sampling.temperature = i % 4 == 0 ? 0.0f : 0.9f;
-    p.sampling.top_k = i % 3 == 1 ? 20 : 0;
-    p.sampling.top_p = i % 5 == 2 ? 0.8f : 1.0f;
-    p.sampling.min_p = i % 6 == 3 ? 0.05f : 0.0f;
-    p.sampling.repetition_penalty = i % 4 == 1 ? 1.3f : 1.0f;
-    p.sampling.frequency_penalty = i % 4 == 2 ? 0.5f : 0.0f;
-    p.sampling.presence_penalty = i % 4 == 3 ? -0.4f : 0.0f;
-    p.sampling.seed = 77 + i;
+    p.sampling = testing::VariedSampling(i, 77);
     requests.push_back(std::move(p));
   }
   return requests;

@@ -61,14 +61,7 @@ std::vector<RequestParams> MakeRequests() {
       for (int32_t t = 0; t < kVocab / 2; ++t) p.stop.stop_token_ids.push_back(t);
     }
     p.return_logprobs = i % 2 == 0;
-    p.sampling.num_logprobs = i % 4;
-    p.sampling.temperature = i % 4 == 0 ? 0.0f : 0.8f;
-    p.sampling.top_k = i % 3 == 1 ? 40 : 0;
-    p.sampling.top_p = i % 5 == 2 ? 0.9f : 1.0f;
-    p.sampling.min_p = i % 6 == 3 ? 0.02f : 0.0f;
-    p.sampling.repetition_penalty = i % 4 == 1 ? 1.2f : 1.0f;
-    p.sampling.frequency_penalty = i % 4 == 2 ? 0.5f : 0.0f;
-    p.sampling.seed = 900 + i;
+    p.sampling = testing::VariedSampling(i, 900);
     requests.push_back(std::move(p));
   }
   return requests;

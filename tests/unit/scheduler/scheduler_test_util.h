@@ -153,6 +153,22 @@ struct Collector {
   }
 };
 
+// Sampling for request i of a varied set: greedy or temperature 0.9, and
+// top-k, top-p, min-p and the three penalties on by turns; seed base + i.
+inline engine::SamplingParams VariedSampling(int i, uint64_t seed_base) {
+  engine::SamplingParams s;
+  s.num_logprobs = i % 4;
+  s.temperature = i % 4 == 0 ? 0.0f : 0.9f;
+  s.top_k = i % 3 == 1 ? 20 : 0;
+  s.top_p = i % 5 == 2 ? 0.8f : 1.0f;
+  s.min_p = i % 6 == 3 ? 0.05f : 0.0f;
+  s.repetition_penalty = i % 4 == 1 ? 1.3f : 1.0f;
+  s.frequency_penalty = i % 4 == 2 ? 0.5f : 0.0f;
+  s.presence_penalty = i % 4 == 3 ? -0.4f : 0.0f;
+  s.seed = seed_base + i;
+  return s;
+}
+
 inline std::vector<int32_t> RandomPrompt(std::mt19937& rng, int n, int vocab) {
   std::uniform_int_distribution<int> d(0, vocab - 1);
   std::vector<int32_t> t(n);
