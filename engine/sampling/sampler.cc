@@ -240,11 +240,8 @@ double BlockSum(const float* values, size_t n) {
 }
 
 // Sum of masses of a row; with out non-null (it may alias row) the masses
-// are stored there too. Also built for AVX2 and AVX-512 (the loader picks
-// one per CPU): wider vectors, the same bits, as the operations and their
-// order are fixed above (no FMA under -ffp-contract=off).
-__attribute__((target_clones("avx512f", "avx2", "default"))) double SumMasses(
-    std::span<const float> row, const MassFn& mass, float* out) {
+// are stored there too.
+double SumMasses(std::span<const float> row, const MassFn& mass, float* out) {
   double total = 0.0;
   for (size_t start = 0; start < row.size(); start += kBlock) {
     const size_t n = std::min(kBlock, row.size() - start);
