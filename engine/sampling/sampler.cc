@@ -19,6 +19,8 @@
 // cumulative sum run in rank order; the draw's sums in ascending id.
 #include "engine/sampling/sampler.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <bit>
 #include <cassert>
@@ -27,6 +29,9 @@
 #include <limits>
 #include <span>
 #include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/target_pragmas.h"
 
 namespace kvserve::engine {
 namespace {
@@ -79,10 +84,10 @@ uint64_t RankKey(float logit, int32_t token) {
 int32_t KeyToken(uint64_t key) { return static_cast<int32_t>(key & 0xFFFFFFFFu); }
 
 // The largest entry of a non-empty NaN-free row, with kLanes running maxima
-// so that the loop vectorises.
+// so that the loop vectorises. MaxOf (below) runs it for the CPU's ISA.
 constexpr size_t kLanes = 8;
 
-float MaxOf(std::span<const float> row) {
+[[gnu::always_inline]] inline float MaxOfLoop(std::span<const float> row) {
   float lanes[kLanes];
   std::fill(lanes, lanes + kLanes, kNegInf);
   const size_t body = row.size() - row.size() % kLanes;
@@ -94,6 +99,8 @@ float MaxOf(std::span<const float> row) {
   for (size_t i = body; i < row.size(); ++i) max = row[i] > max ? row[i] : max;
   return max;
 }
+
+float MaxOf(std::span<const float> row);
 
 // The lowest id among the maximal entries.
 int32_t Argmax(std::span<const float> row) {
@@ -188,7 +195,7 @@ void SortIdsWithBitmap(std::span<uint64_t> ids, std::vector<uint64_t>& bitmap) {
 // the same bits.
 constexpr float kExpUnderflow = -87.0f;  // keeps 2^n normal: n >= -126
 
-float ExpNonPositive(float x) {
+[[gnu::always_inline]] inline float ExpNonPositive(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693145751953125f;  // 9 trailing zero bits: n * kLn2Hi is exact
   constexpr float kLn2Lo = 1.42860682030941723e-6f;
@@ -218,7 +225,9 @@ struct MassFn {
   float max_logit;
   float inv_temperature;
   float Exponent(float logit) const { return (logit - max_logit) * inv_temperature; }
-  float operator()(float logit) const { return ExpNonPositive(Exponent(logit)); }
+  [[gnu::always_inline]] float operator()(float logit) const {
+    return ExpNonPositive(Exponent(logit));
+  }
 };
 
 // Sums run over blocks of kBlock consecutive values; within a block, value j
@@ -227,7 +236,7 @@ struct MassFn {
 // the loops vectorise.
 constexpr size_t kBlock = 64;
 
-double BlockSum(const float* values, size_t n) {
+[[gnu::always_inline]] inline double BlockSum(const float* values, size_t n) {
   double lanes[kLanes] = {};
   const size_t body = n - n % kLanes;
   for (size_t i = 0; i < body; i += kLanes) {
@@ -240,8 +249,9 @@ double BlockSum(const float* values, size_t n) {
 }
 
 // Sum of masses of a row; with out non-null (it may alias row) the masses
-// are stored there too.
-double SumMasses(std::span<const float> row, const MassFn& mass, float* out) {
+// are stored there too. SumMasses (below) runs it for the CPU's ISA.
+[[gnu::always_inline]] inline double SumMassesLoop(std::span<const float> row, const MassFn& mass,
+                                                   float* out) {
   double total = 0.0;
   for (size_t start = 0; start < row.size(); start += kBlock) {
     const size_t n = std::min(kBlock, row.size() - start);
@@ -251,6 +261,95 @@ double SumMasses(std::span<const float> row, const MassFn& mass, float* out) {
     if (out != nullptr) std::copy(masses, masses + n, out + start);
   }
   return total;
+}
+
+// The row loops for each ISA: the same source compiled for the baseline,
+// AVX2 and AVX-512, picked per kernels::ActiveIsa by a plain branch (GCC's
+// target_clones resolver crashes ThreadSanitizer binaries). Wider vectors
+// give the same bits: every operation and its order are fixed above, and
+// -ffp-contract=off forbids fusing them (EveryIsaGivesTheSameBits).
+#define KVSERVE_SAMPLER_ROW_LOOPS(Isa)                                                \
+  double SumMasses##Isa(std::span<const float> row, const MassFn& mass, float* out) { \
+    return SumMassesLoop(row, mass, out);                                             \
+  }                                                                                   \
+  float MaxOf##Isa(std::span<const float> row) { return MaxOfLoop(row); }
+
+KVSERVE_SAMPLER_ROW_LOOPS(Baseline)
+KVSERVE_TARGET_BEGIN("avx2")
+KVSERVE_SAMPLER_ROW_LOOPS(Avx2)
+KVSERVE_TARGET_END
+KVSERVE_TARGET_BEGIN("avx512f")
+KVSERVE_SAMPLER_ROW_LOOPS(Avx512)
+KVSERVE_TARGET_END
+#undef KVSERVE_SAMPLER_ROW_LOOPS
+
+// Writes the ids of the entries >= threshold to ids (room for row.size()),
+// ascending; returns their count. The scalar loop writes every id and
+// advances past the kept ones (no branch to mispredict on a flat row); the
+// AVX-512 one packs 8 ids at a time (vpcompressq).
+size_t IdsAtLeastBaseline(std::span<const float> row, float threshold, uint64_t* ids) {
+  size_t kept = 0;
+  for (size_t i = 0; i < row.size(); ++i) {
+    ids[kept] = i;
+    kept += row[i] >= threshold ? 1 : 0;
+  }
+  return kept;
+}
+
+KVSERVE_TARGET_BEGIN("avx512f")
+size_t IdsAtLeastAvx512(std::span<const float> row, float threshold, uint64_t* ids) {
+  const __m512 limit = _mm512_set1_ps(threshold);
+  const __m512i eight = _mm512_set1_epi64(8);
+  __m512i index = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  size_t kept = 0, i = 0;
+  // Each store writes 8 slots from ids + kept; kept <= i, so they stay below
+  // i + 16 <= row.size().
+  for (; i + 16 <= row.size(); i += 16) {
+    const __mmask16 at_least =
+        _mm512_cmp_ps_mask(_mm512_loadu_ps(row.data() + i), limit, _CMP_GE_OQ);
+    for (const __mmask8 half :
+         {static_cast<__mmask8>(at_least), static_cast<__mmask8>(at_least >> 8)}) {
+      _mm512_storeu_si512(ids + kept, _mm512_maskz_compress_epi64(half, index));
+      kept += static_cast<size_t>(std::popcount(static_cast<unsigned>(half)));
+      index = _mm512_add_epi64(index, eight);
+    }
+  }
+  for (; i < row.size(); ++i) {
+    ids[kept] = i;
+    kept += row[i] >= threshold ? 1 : 0;
+  }
+  return kept;
+}
+KVSERVE_TARGET_END
+
+size_t IdsAtLeast(std::span<const float> row, float threshold, uint64_t* ids) {
+  if (kernels::ActiveIsa() == kernels::CpuIsa::kAvx512)
+    return IdsAtLeastAvx512(row, threshold, ids);
+  return IdsAtLeastBaseline(row, threshold, ids);
+}
+
+double SumMasses(std::span<const float> row, const MassFn& mass, float* out) {
+  switch (kernels::ActiveIsa()) {
+    case kernels::CpuIsa::kAvx512:
+      return SumMassesAvx512(row, mass, out);
+    case kernels::CpuIsa::kAvx2:
+      return SumMassesAvx2(row, mass, out);
+    case kernels::CpuIsa::kScalar:
+      break;
+  }
+  return SumMassesBaseline(row, mass, out);
+}
+
+float MaxOf(std::span<const float> row) {
+  switch (kernels::ActiveIsa()) {
+    case kernels::CpuIsa::kAvx512:
+      return MaxOfAvx512(row);
+    case kernels::CpuIsa::kAvx2:
+      return MaxOfAvx2(row);
+    case kernels::CpuIsa::kScalar:
+      break;
+  }
+  return MaxOfBaseline(row);
 }
 
 // log(sum exp(row)); -inf when every entry is -inf.
@@ -447,10 +546,18 @@ int32_t SamplerImpl::Draw(const SamplingParams& params, double u, SamplerScratch
     }
     const double min_exponent = std::max(std::log(min_mass), double{kExpUnderflow}) - 1e-3;
     const double threshold = max_logit + min_exponent * static_cast<double>(params.temperature);
-    for (size_t i = 0; i < vocab; ++i) {
-      if (static_cast<double>(row[i]) >= threshold) {
-        storage[num_keys++] = RankKey(row[i], static_cast<int32_t>(i));
-      }
+    // double(l) >= threshold exactly when l >= the least float that is, so
+    // the scan compares floats; the kept ids' keys follow.
+    float float_threshold = static_cast<float>(threshold);
+    if (static_cast<double>(float_threshold) < threshold) {
+      float_threshold = std::nextafter(float_threshold, std::numeric_limits<float>::infinity());
+    }
+    uint64_t* const ids = storage.data();
+    const float* const logits = row.data();
+    num_keys = IdsAtLeast(row, float_threshold, ids);
+    for (size_t j = 0; j < num_keys; ++j) {
+      const auto token = static_cast<int32_t>(ids[j]);
+      ids[j] = RankKey(logits[token], token);
     }
   }
   const std::span<uint64_t> keys(storage.data(), num_keys);

@@ -4,6 +4,7 @@
 #include "engine/sampling/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -12,10 +13,12 @@
 #include <set>
 #include <span>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace kvserve::engine {
 namespace {
@@ -570,6 +573,73 @@ TEST(DeterminismTest, ThreadsDrawTheSameTokens) {
   }
   for (std::thread& thread : threads) thread.join();
   for (const auto& tokens : got) EXPECT_EQ(tokens, expected);
+}
+
+// The exp-and-sum loop has a baseline, an AVX2 and an AVX-512 build
+// (picked by kernels::ActiveIsa); all must give the same bits: tokens,
+// logprobs and the top logprobs, through the no-truncation draw, top-p and
+// the log-sum-exp. Random rows are no multiple of a vector long. In the
+// two-token rows (the rest masked) the top token's logprob is about minus
+// the other's mass, so its bits show that mass's last bits (an FMA in one
+// build changes some of them).
+TEST(DeterminismTest, EveryIsaGivesTheSameBits) {
+  struct Case {
+    std::vector<float> row;
+    float temperature, top_p;
+  };
+  std::vector<Case> cases;
+  const std::vector<std::tuple<int, float, float>> random_rows{
+      {37, 1.0f, 1.0f},     {3001, 0.7f, 1.0f},    {3001, 1.3f, 0.9f},
+      {151936, 1.0f, 1.0f}, {151936, 0.8f, 0.95f}, {5003, 0.0f, 1.0f}};
+  for (const auto& [vocab, temperature, top_p] : random_rows) {
+    cases.push_back(
+        {RandomRow(vocab, static_cast<uint32_t>(cases.size()), 4.0f), temperature, top_p});
+  }
+  for (int i = 0; i < 300; ++i) {
+    std::vector<float> row(131, kNegInf);
+    row[i % 131] = 0.0f;
+    row[(i % 131 + 1 + i / 3) % 131] = -8.0f - 0.037f * static_cast<float>(i);
+    cases.push_back({std::move(row), 1.0f, 1.0f});
+  }
+  auto draw_all = [&] {
+    std::vector<SampleResult> results;
+    for (size_t c = 0; c < cases.size(); ++c) {
+      SamplingParams params;
+      params.temperature = cases[c].temperature;
+      params.top_p = cases[c].top_p;
+      params.num_logprobs = 2;
+      params.seed = 99 + c;
+      const std::vector<int32_t> placeholder(8, 0);
+      for (int position = 0; position < 8; ++position) {
+        results.push_back(Sample(cases[c].row, params, {}, std::span(placeholder).first(position)));
+      }
+    }
+    return results;
+  };
+  std::vector<SampleResult> baseline;
+  {
+    kernels::ScopedIsaOverride force(kernels::CpuIsa::kScalar);
+    baseline = draw_all();
+  }
+  for (kernels::CpuIsa isa : {kernels::CpuIsa::kAvx2, kernels::CpuIsa::kAvx512}) {
+    if (kernels::DetectedIsa() < isa) continue;
+    kernels::ScopedIsaOverride force(isa);
+    const std::vector<SampleResult> got = draw_all();
+    ASSERT_EQ(got.size(), baseline.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const SampleResult &a = got[i], &b = baseline[i];
+      EXPECT_EQ(a.token, b.token) << kernels::IsaName(isa) << " draw " << i;
+      EXPECT_EQ(std::bit_cast<uint32_t>(a.logprob), std::bit_cast<uint32_t>(b.logprob))
+          << kernels::IsaName(isa) << " draw " << i;
+      ASSERT_EQ(a.top_logprobs.size(), b.top_logprobs.size());
+      for (size_t t = 0; t < a.top_logprobs.size(); ++t) {
+        EXPECT_EQ(a.top_logprobs[t].token, b.top_logprobs[t].token);
+        EXPECT_EQ(std::bit_cast<uint32_t>(a.top_logprobs[t].logprob),
+                  std::bit_cast<uint32_t>(b.top_logprobs[t].logprob))
+            << kernels::IsaName(isa) << " draw " << i << " top " << t;
+      }
+    }
+  }
 }
 
 TEST(DeterminismTest, PositionsAndSeedsVary) {
