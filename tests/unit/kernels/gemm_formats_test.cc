@@ -77,7 +77,9 @@ TEST(GemmFormatsTest, PackedLayoutAndReadRow) {
       }
     }
     // Panel padding (rows 19..31) is zero.
-    if (format == WeightFormat::kInt8) EXPECT_EQ(p.scales[25], 0.0f);
+    if (format == WeightFormat::kInt8) {
+      EXPECT_EQ(p.scales[25], 0.0f);
+    }
     const auto* bytes = reinterpret_cast<const uint8_t*>(p.data.data());
     const int64_t elem = WeightFormatBytes(format);
     for (int64_t kk = 0; kk < k; ++kk) {
@@ -175,11 +177,12 @@ TEST(GemmFormatsTest, Int8IsCodesProductTimesScalePlusBias) {
 }
 
 // Batch invariance per format: a row alone, or at any offset of a batch, at
-// any thread count, gives the same bits.
+// any thread count, gives the same bits. n is large enough that a few rows
+// on three threads take the decode split (shrinking chunks).
 TEST(GemmFormatsTest, RowsAreBitIdenticalAcrossBatchesAndThreads) {
   ThreadPool one(1), three(3);
   std::mt19937 rng(13);
-  const int64_t n = 200, k = 300, m = 41;
+  const int64_t n = 1000, k = 300, m = 41;
   const std::vector<float> w = Random(n * k, rng), bias = Random(n, rng), x = Random(m * k, rng);
   for (WeightFormat format : {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8,
                               WeightFormat::kW8A8, WeightFormat::kBF16Dot}) {
@@ -190,10 +193,13 @@ TEST(GemmFormatsTest, RowsAreBitIdenticalAcrossBatchesAndThreads) {
         for (int64_t rows : {1, 5}) {
           if (start + rows > m) continue;
           const std::vector<float> part(x.begin() + start * k, x.begin() + (start + rows) * k);
-          const std::vector<float> got = RunGemm(p, part, rows, bias.data(), isa, &one);
-          ASSERT_TRUE(SameBits(
-              got, std::vector<float>(all.begin() + start * n, all.begin() + (start + rows) * n)))
-              << WeightFormatName(format) << " " << IsaName(isa) << " start=" << start;
+          for (ThreadPool* pool : {&one, &three}) {
+            const std::vector<float> got = RunGemm(p, part, rows, bias.data(), isa, pool);
+            ASSERT_TRUE(SameBits(
+                got, std::vector<float>(all.begin() + start * n, all.begin() + (start + rows) * n)))
+                << WeightFormatName(format) << " " << IsaName(isa) << " start=" << start
+                << " threads=" << pool->num_threads();
+          }
         }
       }
     }
