@@ -30,6 +30,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/sampling/radix_sort.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/target_pragmas.h"
 
@@ -50,6 +51,8 @@ constexpr size_t kHeapTopK = 4096;
 constexpr size_t kMinChunk = 64;
 // Kept sets larger than this are put in id order through a bitmap.
 constexpr size_t kBitmapSortMin = 512;
+// Rank-order sorts of at least this many keys are radix sorts.
+constexpr size_t kRadixSortMin = 4096;
 
 // ---- Row hygiene and ranking ----------------------------------------------
 
@@ -272,7 +275,10 @@ constexpr size_t kBlock = 64;
   double SumMasses##Isa(std::span<const float> row, const MassFn& mass, float* out) { \
     return SumMassesLoop(row, mass, out);                                             \
   }                                                                                   \
-  float MaxOf##Isa(std::span<const float> row) { return MaxOfLoop(row); }
+  float MaxOf##Isa(std::span<const float> row) { return MaxOfLoop(row); }             \
+  void ToMasses##Isa(std::span<float> logits, const MassFn& mass) {                   \
+    for (float& value : logits) value = mass(value);                                  \
+  }
 
 KVSERVE_SAMPLER_ROW_LOOPS(Baseline)
 KVSERVE_TARGET_BEGIN("avx2")
@@ -338,6 +344,19 @@ double SumMasses(std::span<const float> row, const MassFn& mass, float* out) {
       break;
   }
   return SumMassesBaseline(row, mass, out);
+}
+
+// Each logit replaced by its mass.
+void ToMasses(std::span<float> logits, const MassFn& mass) {
+  switch (kernels::ActiveIsa()) {
+    case kernels::CpuIsa::kAvx512:
+      return ToMassesAvx512(logits, mass);
+    case kernels::CpuIsa::kAvx2:
+      return ToMassesAvx2(logits, mass);
+    case kernels::CpuIsa::kScalar:
+      break;
+  }
+  ToMassesBaseline(logits, mass);
 }
 
 float MaxOf(std::span<const float> row) {
@@ -564,10 +583,21 @@ int32_t SamplerImpl::Draw(const SamplingParams& params, double u, SamplerScratch
 
   const auto sort_prefix = [&](size_t end) {
     if (end <= sorted) return;
+    const size_t rest = keys.size() - sorted;
+    if (end - sorted >= kRadixSortMin && 2 * (end - sorted) >= rest) {
+      // Most of the rest: radix-sorting all of it beats selecting first.
+      RadixSort(keys.subspan(sorted), scratch.sort_buffer_);
+      sorted = keys.size();
+      return;
+    }
     const auto first = keys.begin() + sorted;
     const auto mid = keys.begin() + end;
     if (mid != keys.end()) std::nth_element(first, mid, keys.end());
-    std::sort(first, mid);
+    if (end - sorted >= kRadixSortMin) {
+      RadixSort(keys.subspan(sorted, end - sorted), scratch.sort_buffer_);
+    } else {
+      std::sort(first, mid);
+    }
     sorted = end;
   };
 
@@ -575,6 +605,10 @@ int32_t SamplerImpl::Draw(const SamplingParams& params, double u, SamplerScratch
   // prefixes: top-p ends after the first token where the cumulative mass
   // reaches the target; min-p ends before the first token with mass < min_p
   // (the top token has mass exactly 1 >= min_p, so one token always stays).
+  // The walk takes masses kBlock keys at a time (gathered, then ToMasses):
+  // the same values as one at a time.
+  float block[kBlock];
+  size_t block_begin = 0, block_end = 0;
   size_t kept = keys.size();
   double cumulative = 0.0;
   float last_mass = 1.0f;
@@ -590,7 +624,13 @@ int32_t SamplerImpl::Draw(const SamplingParams& params, double u, SamplerScratch
       sort_prefix(sorted +
                   static_cast<size_t>(std::min(grow, static_cast<double>(keys.size() - sorted))));
     }
-    const float m = mass(row[KeyToken(keys[j])]);
+    if (j == block_end) {
+      block_begin = j;
+      block_end = std::min(sorted, j + kBlock);
+      for (size_t i = j; i < block_end; ++i) block[i - j] = row[KeyToken(keys[i])];
+      ToMasses(std::span(block, block_end - j), mass);
+    }
+    const float m = block[j - block_begin];
     last_mass = m;
     if (m < params.min_p) {
       kept = j;
@@ -612,7 +652,8 @@ int32_t SamplerImpl::Draw(const SamplingParams& params, double u, SamplerScratch
   }
   std::vector<float>& masses = scratch.masses_;
   masses.resize(kept);
-  for (size_t j = 0; j < kept; ++j) masses[j] = mass(row[keys[j]]);
+  for (size_t j = 0; j < kept; ++j) masses[j] = row[keys[j]];
+  ToMasses(masses, mass);
   return static_cast<int32_t>(keys[InverseCdf(masses, u)]);
 }
 

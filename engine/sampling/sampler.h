@@ -110,11 +110,12 @@ class SamplerScratch {
 
  private:
   friend class SamplerImpl;
-  std::vector<float> logits_;     // working copy of the row (penalised)
-  std::vector<uint64_t> keys_;    // candidate rank keys (logit bits | id), then kept ids
-  std::vector<uint32_t> marks_;   // per token: repetition bit | output count; all 0 at rest
-  std::vector<float> masses_;     // masses of the kept set, in ascending id
-  std::vector<uint64_t> bitmap_;  // one bit per token; all 0 at rest
+  std::vector<float> logits_;          // working copy of the row (penalised)
+  std::vector<uint64_t> keys_;         // candidate rank keys (logit bits | id), then kept ids
+  std::vector<uint32_t> marks_;        // per token: repetition bit | output count; all 0 at rest
+  std::vector<float> masses_;          // masses of the kept set, in ascending id
+  std::vector<uint64_t> bitmap_;       // one bit per token; all 0 at rest
+  std::vector<uint64_t> sort_buffer_;  // RadixSort's other half
 };
 
 // The uniform double in [0, 1) for (seed, output_index): 53 random mantissa
