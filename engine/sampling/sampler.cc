@@ -9,9 +9,11 @@
 //     k > kHeapTopK) and an O(k log k) sort; never a full sort;
 //   - top-p / min-p without top-k: for top-p one exp pass for the normaliser;
 //     then only tokens that can survive (a bound, see Draw) are ranked, in a
-//     sorted prefix grown by selection as far as the cut needs.
+//     sorted prefix grown by selection as far as the cut needs (a radix sort
+//     for 4,096 keys or more).
 // A peaked distribution thus costs about three passes over the row; a flat
-// one under top-p sorts the (large) kept set.
+// one under top-p sorts the (large) kept set. The passes over a row run as
+// vector loops compiled per ISA (below), with the same bits on each.
 //
 // Numerics: masses are floats from ExpNonPositive (a few ulp); every sum is in
 // double, over fixed blocks in a fixed order (BlockSum), so the same inputs
