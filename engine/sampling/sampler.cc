@@ -330,47 +330,43 @@ size_t IdsAtLeastAvx512(std::span<const float> row, float threshold, uint64_t* i
 }
 KVSERVE_TARGET_END
 
-size_t IdsAtLeast(std::span<const float> row, float threshold, uint64_t* ids) {
-  if (kernels::ActiveIsa() == kernels::CpuIsa::kAvx512)
-    return IdsAtLeastAvx512(row, threshold, ids);
-  return IdsAtLeastBaseline(row, threshold, ids);
+// The loops of one ISA; RowLoopsForIsa picks per kernels::ActiveIsa (read
+// on every call: tests switch it with ScopedIsaOverride).
+struct RowLoops {
+  double (*sum_masses)(std::span<const float> row, const MassFn& mass, float* out);
+  float (*max_of)(std::span<const float> row);
+  void (*to_masses)(std::span<float> logits, const MassFn& mass);  // each logit -> its mass
+  size_t (*ids_at_least)(std::span<const float> row, float threshold, uint64_t* ids);
+};
+
+const RowLoops& RowLoopsForIsa() {
+  static constexpr RowLoops kBaseline{SumMassesBaseline, MaxOfBaseline, ToMassesBaseline,
+                                      IdsAtLeastBaseline};
+  static constexpr RowLoops kAvx2{SumMassesAvx2, MaxOfAvx2, ToMassesAvx2, IdsAtLeastBaseline};
+  static constexpr RowLoops kAvx512{SumMassesAvx512, MaxOfAvx512, ToMassesAvx512, IdsAtLeastAvx512};
+  switch (kernels::ActiveIsa()) {
+    case kernels::CpuIsa::kAvx512:
+      return kAvx512;
+    case kernels::CpuIsa::kAvx2:
+      return kAvx2;
+    case kernels::CpuIsa::kScalar:
+      break;
+  }
+  return kBaseline;
 }
 
 double SumMasses(std::span<const float> row, const MassFn& mass, float* out) {
-  switch (kernels::ActiveIsa()) {
-    case kernels::CpuIsa::kAvx512:
-      return SumMassesAvx512(row, mass, out);
-    case kernels::CpuIsa::kAvx2:
-      return SumMassesAvx2(row, mass, out);
-    case kernels::CpuIsa::kScalar:
-      break;
-  }
-  return SumMassesBaseline(row, mass, out);
+  return RowLoopsForIsa().sum_masses(row, mass, out);
 }
 
-// Each logit replaced by its mass.
 void ToMasses(std::span<float> logits, const MassFn& mass) {
-  switch (kernels::ActiveIsa()) {
-    case kernels::CpuIsa::kAvx512:
-      return ToMassesAvx512(logits, mass);
-    case kernels::CpuIsa::kAvx2:
-      return ToMassesAvx2(logits, mass);
-    case kernels::CpuIsa::kScalar:
-      break;
-  }
-  ToMassesBaseline(logits, mass);
+  RowLoopsForIsa().to_masses(logits, mass);
 }
 
-float MaxOf(std::span<const float> row) {
-  switch (kernels::ActiveIsa()) {
-    case kernels::CpuIsa::kAvx512:
-      return MaxOfAvx512(row);
-    case kernels::CpuIsa::kAvx2:
-      return MaxOfAvx2(row);
-    case kernels::CpuIsa::kScalar:
-      break;
-  }
-  return MaxOfBaseline(row);
+float MaxOf(std::span<const float> row) { return RowLoopsForIsa().max_of(row); }
+
+size_t IdsAtLeast(std::span<const float> row, float threshold, uint64_t* ids) {
+  return RowLoopsForIsa().ids_at_least(row, threshold, ids);
 }
 
 // log(sum exp(row)); -inf when every entry is -inf.
