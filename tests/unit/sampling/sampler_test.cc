@@ -575,10 +575,11 @@ TEST(DeterminismTest, ThreadsDrawTheSameTokens) {
   for (const auto& tokens : got) EXPECT_EQ(tokens, expected);
 }
 
-// The exp-and-sum loop has a baseline, an AVX2 and an AVX-512 build
+// The sampler's row loops have a baseline, an AVX2 and an AVX-512 build
 // (picked by kernels::ActiveIsa); all must give the same bits: tokens,
 // logprobs and the top logprobs, through the no-truncation draw, top-p and
-// the log-sum-exp. Random rows are no multiple of a vector long. In the
+// the log-sum-exp. The random rows but the 151,936-long ones are no
+// multiple of a vector long, so the loops' tails run too. In the
 // two-token rows (the rest masked) the top token's logprob is about minus
 // the other's mass, so its bits show that mass's last bits (an FMA in one
 // build changes some of them).
