@@ -295,13 +295,19 @@ KVSERVE_TARGET_END
 // ascending; returns their count. The scalar loop writes every id and
 // advances past the kept ones (no branch to mispredict on a flat row); the
 // AVX-512 one packs 8 ids at a time (vpcompressq).
-size_t IdsAtLeastBaseline(std::span<const float> row, float threshold, uint64_t* ids) {
-  size_t kept = 0;
-  for (size_t i = 0; i < row.size(); ++i) {
+// AppendIdsAtLeast: the scalar loop from entry `begin` on, appending after
+// the `kept` ids already written; returns the new count.
+size_t AppendIdsAtLeast(std::span<const float> row, size_t begin, float threshold, uint64_t* ids,
+                        size_t kept) {
+  for (size_t i = begin; i < row.size(); ++i) {
     ids[kept] = i;
     kept += row[i] >= threshold ? 1 : 0;
   }
   return kept;
+}
+
+size_t IdsAtLeastBaseline(std::span<const float> row, float threshold, uint64_t* ids) {
+  return AppendIdsAtLeast(row, 0, threshold, ids, 0);
 }
 
 KVSERVE_TARGET_BEGIN("avx512f")
@@ -322,11 +328,7 @@ size_t IdsAtLeastAvx512(std::span<const float> row, float threshold, uint64_t* i
       index = _mm512_add_epi64(index, eight);
     }
   }
-  for (; i < row.size(); ++i) {
-    ids[kept] = i;
-    kept += row[i] >= threshold ? 1 : 0;
-  }
-  return kept;
+  return AppendIdsAtLeast(row, i, threshold, ids, kept);  // the last 0-15 entries
 }
 KVSERVE_TARGET_END
 
