@@ -101,7 +101,9 @@ TEST(KvAccuracyTest, TeacherForcedAgainstFp32Cache) {
     EXPECT_LE(dlp_sum / positions, b.max_mean_dlogp);
     EXPECT_LE(dlp_max, b.max_dlogp);
     EXPECT_GT(mean_kl, 0.0);  // not a no-op: the format changes the logits
-    if (b.dtype != KvCacheDtype::kFp4E2m1) EXPECT_GT(mean_kl, previous_mean_kl);
+    if (b.dtype != KvCacheDtype::kFp4E2m1) {
+      EXPECT_GT(mean_kl, previous_mean_kl);
+    }
     previous_mean_kl = mean_kl;
   }
 }
