@@ -146,7 +146,9 @@ void CheckSixteenBit(Enc enc, Dec dec, float lo_exp, float hi_exp) {
       if (((n ^ h) & 0x8000) != 0 || std::isinf(dec(n)) || std::isnan(dec(n))) continue;
       const double n_err = std::fabs(static_cast<double>(dec(n)) - x);
       ASSERT_LE(err, n_err) << x;
-      if (err == n_err) ASSERT_EQ(h & 1, 0) << "tie not to even at " << x;
+      if (err == n_err) {
+        ASSERT_EQ(h & 1, 0) << "tie not to even at " << x;
+      }
     }
   }
   EXPECT_TRUE(std::isnan(dec(enc(std::nanf("")))));
@@ -210,7 +212,9 @@ TEST_P(KvRowRoundTripTest, WithinFormatBound) {
         for (float& f : x) amax = std::max(amax, std::fabs(static_cast<double>(f = dist(rng))));
         const float s = QuantizeKvRow(dtype, x.data(), dim, bytes.data());
         ASSERT_EQ(bytes.back(), 0xa5) << "wrote past the row";
-        if (KvHasScale(dtype)) ASSERT_FLOAT_EQ(s, static_cast<float>(amax / KvCodeMax(dtype)));
+        if (KvHasScale(dtype)) {
+          ASSERT_FLOAT_EQ(s, static_cast<float>(amax / KvCodeMax(dtype)));
+        }
         DequantizeKvRow(dtype, bytes.data(), s, dim, y.data());
         for (int d = 0; d < dim; ++d) {
           ASSERT_LE(std::fabs(static_cast<double>(y[d]) - x[d]), RoundTripBound(dtype, x[d], amax))
