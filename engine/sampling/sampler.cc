@@ -291,12 +291,8 @@ KVSERVE_SAMPLER_ROW_LOOPS(Avx512)
 KVSERVE_TARGET_END
 #undef KVSERVE_SAMPLER_ROW_LOOPS
 
-// Writes the ids of the entries >= threshold to ids (room for row.size()),
-// ascending; returns their count. The scalar loop writes every id and
-// advances past the kept ones (no branch to mispredict on a flat row); the
-// AVX-512 one packs 8 ids at a time (vpcompressq).
-// AppendIdsAtLeast: the scalar loop from entry `begin` on, appending after
-// the `kept` ids already written; returns the new count.
+// The scalar scan of IdsAtLeast* below from entry `begin` on, appending
+// after the `kept` ids already written; returns the new count.
 size_t AppendIdsAtLeast(std::span<const float> row, size_t begin, float threshold, uint64_t* ids,
                         size_t kept) {
   for (size_t i = begin; i < row.size(); ++i) {
@@ -306,6 +302,10 @@ size_t AppendIdsAtLeast(std::span<const float> row, size_t begin, float threshol
   return kept;
 }
 
+// Writes the ids of the entries >= threshold to ids (room for row.size()),
+// ascending; returns their count. The scalar loop writes every id and
+// advances past the kept ones (no branch to mispredict on a flat row); the
+// AVX-512 one packs 8 ids at a time (vpcompressq).
 size_t IdsAtLeastBaseline(std::span<const float> row, float threshold, uint64_t* ids) {
   return AppendIdsAtLeast(row, 0, threshold, ids, 0);
 }
