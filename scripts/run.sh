@@ -1,11 +1,39 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine (Debian packages only), builds kvserve and starts the
-# daemon on the embedded default model (builtin:tiny): gRPC on port 50051,
-# Prometheus metrics on 9400. Arguments go to kvserve, e.g.
+# Sets up a fresh machine (only the Debian packages the daemon needs), builds
+# the daemon and its command-line client, and starts the daemon on the
+# embedded default model (builtin:tiny): gRPC on port 50051, Prometheus
+# metrics on 9400. Arguments go to kvserve, e.g.
 #   bash scripts/run.sh --model=builtin:small --port=50052
 # Ctrl-C or SIGTERM drains in-flight requests and stops it.
+#
+# It builds no test, benchmark or fuzzer (scripts/test.sh builds those), and
+# the CUDA backend module only where it can be used: a GPU is visible
+# (nvidia-smi lists one), or KVSERVE_CUDA=ON, or the arguments ask for
+# --backend=cuda. KVSERVE_CUDA=OFF never builds it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-KVSERVE_SKIP_PYTHON=1 "$root/scripts/setup.sh"
-"$root/scripts/build.sh" >/dev/null
-exec "${KVSERVE_BUILD_DIR:-$root/build}/server/kvserve" "$@"
+build="${KVSERVE_BUILD_DIR:-$root/build}"
+
+wants_cuda() {
+  case "${KVSERVE_CUDA:-}" in ON | on | 1) return 0 ;; OFF | off | 0) return 1 ;; esac
+  local arg
+  for arg in "$@"; do
+    [[ "$arg" == --backend=cuda ]] && return 0
+  done
+  command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'
+}
+
+echo "run.sh: [1/3] Debian packages (scripts/setup.sh, daemon only)" >&2
+KVSERVE_SETUP=daemon "$root/scripts/setup.sh" >&2
+
+# With CUDA configured, the daemon's target depends on the backend module
+# (server/CMakeLists.txt), so it is built too.
+targets="kvserve kvserve-client kvserve_sentencepiece"
+cuda=OFF
+wants_cuda "$@" && cuda=ON
+echo "run.sh: [2/3] building $targets into $build (CUDA backend: $cuda)" >&2
+# Ninja prints one [done/total] line per compiled file.
+KVSERVE_CUDA=$cuda KVSERVE_TARGETS=$targets "$root/scripts/build.sh" >&2
+
+echo "run.sh: [3/3] starting $build/server/kvserve $*" >&2
+exec "$build/server/kvserve" "$@"

@@ -3,24 +3,43 @@
 # toolchain and libraries from Debian's packages, and the Python test oracle
 # (transformers, torch, tokenizers, sentencepiece) from PyPI into .venv/.
 # Idempotent: a second run installs nothing and takes seconds.
-#   KVSERVE_SKIP_PYTHON=1  skip the Python oracle (enough to build and run the daemon)
+#   KVSERVE_SETUP=daemon   only the packages that build and run the daemon (scripts/run.sh)
+#   KVSERVE_SKIP_PYTHON=1  everything but the Python oracle
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
+# What building and running the daemon needs (the Dockerfile's build stage
+# installs the same list; GTest because the top-level CMakeLists configures
+# the test tree).
 debian_packages=(
   build-essential cmake ninja-build pkg-config git
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev
   libabsl-dev libboost-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libsentencepiece-dev libpcre2-dev libutf8proc-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev
-  libssl-dev prometheus openssl curl
+  libssl-dev curl
+)
+
+# What the test suite and the benchmarks need besides.
+test_packages=(
+  libbenchmark-dev
+  prometheus openssl  # promtool on /metrics and the alert rules; certificates for the TLS tests
   clang libclang-rt-14-dev  # the ASan/UBSan build and libFuzzer (scripts/test_sanitizers.sh)
 )
 
-# kubectl renders the Kubernetes manifests in the deploy tests. Debian's
-# kubernetes-client provides it unless another kubectl package already does
-# (they ship the same file and cannot both be installed).
-command -v kubectl >/dev/null || debian_packages+=(kubernetes-client)
+# KVSERVE_SETUP=daemon: only what the daemon needs (scripts/run.sh), no Python.
+profile="${KVSERVE_SETUP:-all}"
+case "$profile" in
+  daemon) KVSERVE_SKIP_PYTHON=1 ;;
+  all)
+    debian_packages+=("${test_packages[@]}")
+    # kubectl renders the Kubernetes manifests in the deploy tests. Debian's
+    # kubernetes-client provides it unless another kubectl package already does
+    # (they ship the same file and cannot both be installed).
+    command -v kubectl >/dev/null || debian_packages+=(kubernetes-client)
+    ;;
+  *) echo "setup: KVSERVE_SETUP must be daemon or all, got '$profile'" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${debian_packages[@]}"; do
