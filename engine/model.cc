@@ -4,9 +4,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
 #include "engine/builtin_models.h"
 #include "engine/loader/safetensors.h"
-#include "engine/logging.h"
 
 namespace kvserve::engine {
 namespace {
@@ -15,7 +16,7 @@ constexpr char kBuiltinPrefix[] = "builtin:";
 
 // Validates the config and computes the rotary tables.
 absl::Status PrepareRope(Model& model, const LoadModelOptions& options) {
-  if (absl::Status s = model.config.Validate(); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(model.config.Validate());
   model.rope_inv_freq = ComputeRopeInvFreq(model.config, options.max_model_len);
   model.local_rope_inv_freq = ComputeLocalRopeInvFreq(model.config);
   model.rope_attention_scaling = RopeAttentionScaling(model.config);
@@ -25,10 +26,8 @@ absl::Status PrepareRope(Model& model, const LoadModelOptions& options) {
 absl::StatusOr<std::unique_ptr<Model>> Finish(std::unique_ptr<Model> model,
                                               const SafetensorsCheckpoint& checkpoint,
                                               const LoadModelOptions& options) {
-  if (absl::Status s = PrepareRope(*model, options); !s.ok()) return s;
-  auto weights = LoadWeights(model->config, checkpoint, options.weights);
-  if (!weights.ok()) return weights.status();
-  model->weights = std::move(*weights);
+  KVSERVE_RETURN_IF_ERROR(PrepareRope(*model, options));
+  KVSERVE_ASSIGN_OR_RETURN(model->weights, LoadWeights(model->config, checkpoint, options.weights));
   return model;
 }
 
@@ -68,7 +67,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadBuiltinModel(std::string_view name,
   model->tokenizer = MakeByteTokenizer();
   model->builtin_seed = kBuiltinSeed;
   if (!options.host_weights) {
-    if (absl::Status s = PrepareRope(*model, options); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(PrepareRope(*model, options));
     return model;
   }
   if (IsDeviceOnlyBuiltin(name)) {
@@ -113,23 +112,19 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
     return absl::NotFoundError(
         absl::StrCat("model \"", spec, "\" is neither builtin:NAME nor a checkpoint directory"));
   }
-  auto config = LoadModelConfig(spec);
-  if (!config.ok()) return config.status();
-  model->config = *config;
-  if (absl::Status s = ApplyGenerationConfig(spec, options, *model); !s.ok()) return s;
+  KVSERVE_ASSIGN_OR_RETURN(model->config, LoadModelConfig(spec));
+  KVSERVE_RETURN_IF_ERROR(ApplyGenerationConfig(spec, options, *model));
   auto checkpoint = SafetensorsCheckpoint::Open(spec);
   if (!checkpoint.ok()) return checkpoint.status();
   if (fs::exists(fs::path(spec) / "tokenizer.json") ||
       fs::exists(fs::path(spec) / "tokenizer.model")) {
-    auto tokenizer = LoadTokenizer(spec);
-    if (!tokenizer.ok()) return tokenizer.status();
-    model->tokenizer = std::move(*tokenizer);
+    KVSERVE_ASSIGN_OR_RETURN(model->tokenizer, LoadTokenizer(spec));
   } else {
     Log().warn("{}: no tokenizer.json or tokenizer.model; only token-id prompts work", spec);
   }
   model->checkpoint = std::move(*checkpoint);
   if (!options.host_weights) {
-    if (absl::Status s = PrepareRope(*model, options); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(PrepareRope(*model, options));
     return model;
   }
   const SafetensorsCheckpoint& opened = *model->checkpoint;  // owned by *model, which Finish keeps

@@ -1,6 +1,7 @@
-// ModelRunner (CPU backend): runs one forward step of a decoder-only model
-// over a flattened batch (StepInput), writing the new tokens' K/V into the
-// paged KvCache it owns, and returns logits for the requested tokens.
+// ModelRunner (CPU backend): the StepRunner (engine/step_runner.h) that runs
+// one forward step of a decoder-only model (engine/decoder.h) over a
+// flattened batch, writing the new tokens' K/V into the paged KvCache it
+// owns, and returns logits for the requested tokens.
 //
 // It knows nothing about requests: which blocks a sequence owns and which
 // tokens to compute are the scheduler's decisions, passed in every step.
@@ -21,6 +22,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/step_input.h"
+#include "engine/step_runner.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kvserve::engine {
@@ -32,7 +34,7 @@ struct RunnerOptions {
   kernels::ThreadPool* pool = nullptr;                   // nullptr: ThreadPool::Default()
 };
 
-class ModelRunner {
+class ModelRunner final : public StepRunner {
  public:
   // `model` must outlive the runner.
   ModelRunner(const Model& model, const RunnerOptions& options);
@@ -40,7 +42,9 @@ class ModelRunner {
   // InvalidArgument (naming the sequence and token) for an ill-formed step:
   // token id outside the vocabulary, slot or block id outside the cache,
   // positions that are not contiguous, or a block table shorter than needed.
-  absl::StatusOr<StepOutput> Step(const StepInput& input);
+  absl::StatusOr<StepOutput> Step(const StepInput& input) override;
+  kernels::ThreadPool* HostPool() const override { return pool_; }
+  RunnerInfo Info() const override;
 
   const Model& model() const { return model_; }
   KvCache& kv_cache() { return cache_; }
@@ -50,7 +54,7 @@ class ModelRunner {
   kernels::ThreadPool* pool() const { return pool_; }
 
  private:
-  void RunLayer(int64_t layer, const StepInput& in);
+  class Ops;  // engine/decoder.h's operations on the CPU kernels
 
   const Model& model_;
   KvCache cache_;

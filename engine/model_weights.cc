@@ -3,14 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-
-// Assigns the value of the StatusOr `expr` to `lhs`, or returns its status.
-#define WEIGHTS_ASSIGN_OR_RETURN(lhs, expr) \
-  {                                         \
-    auto v_ = (expr);                       \
-    if (!v_.ok()) return v_.status();       \
-    lhs = std::move(*v_);                   \
-  }
+#include "common/status_macros.h"
 
 namespace kvserve::engine {
 namespace {
@@ -22,7 +15,7 @@ absl::StatusOr<AlignedBuffer> ReadVector(const SafetensorsCheckpoint& ckpt, cons
                                          int64_t size) {
   AlignedBuffer out(size);
   const int64_t shape[] = {size};
-  if (absl::Status s = ckpt.ReadF32(name, shape, out.data()); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ckpt.ReadF32(name, shape, out.data()));
   ckpt.Release(name);
   return out;
 }
@@ -115,9 +108,7 @@ absl::StatusOr<PackedMatrix> PackTensors(const SafetensorsCheckpoint& ckpt,
   int64_t row = 0;
   for (const auto& [name, rows] : names) {
     const int64_t shape[] = {rows, cols};
-    if (absl::Status s = ckpt.ReadF32(name, shape, rows_buffer.data() + row * cols); !s.ok()) {
-      return s;
-    }
+    KVSERVE_RETURN_IF_ERROR(ckpt.ReadF32(name, shape, rows_buffer.data() + row * cols));
     row += rows;
   }
   return kernels::PackWeights(rows_buffer.data(), total_rows, cols, format);
@@ -204,25 +195,24 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const Safetensors
   // int8), read by the embedding lookup too. Untied: its own table in the
   // WeightDtype format, never quantized (it is not streamed per token).
   {
-    auto embed = ReadPacked(ckpt, {{"model.embed_tokens.weight", c.vocab_size}}, hidden, o,
-                            /*quantize=*/c.tie_word_embeddings);
-    if (!embed.ok()) return embed.status();
-    (c.tie_word_embeddings ? w.lm_head : w.embed_tokens) = std::move(*embed);
+    KVSERVE_ASSIGN_OR_RETURN((c.tie_word_embeddings ? w.lm_head : w.embed_tokens),
+                             ReadPacked(ckpt, {{"model.embed_tokens.weight", c.vocab_size}}, hidden,
+                                        o, /*quantize=*/c.tie_word_embeddings));
   }
 
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     LayerWeights l;
-    WEIGHTS_ASSIGN_OR_RETURN(l.input_norm, ReadNorm(c, ckpt, p + "input_layernorm.weight", hidden));
+    KVSERVE_ASSIGN_OR_RETURN(l.input_norm, ReadNorm(c, ckpt, p + "input_layernorm.weight", hidden));
 
     // Phi-3 stores q/k/v and gate/up fused, in kvserve's row order.
     const bool fused = c.model_type == "phi3";
     if (fused) {
-      WEIGHTS_ASSIGN_OR_RETURN(
+      KVSERVE_ASSIGN_OR_RETURN(
           l.qkv,
           ReadPacked(ckpt, {{p + "self_attn.qkv_proj.weight", q_rows + 2 * kv_rows}}, hidden, o));
     } else {
-      WEIGHTS_ASSIGN_OR_RETURN(l.qkv, ReadPacked(ckpt,
+      KVSERVE_ASSIGN_OR_RETURN(l.qkv, ReadPacked(ckpt,
                                                  {{p + "self_attn.q_proj.weight", q_rows},
                                                   {p + "self_attn.k_proj.weight", kv_rows},
                                                   {p + "self_attn.v_proj.weight", kv_rows}},
@@ -241,13 +231,13 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const Safetensors
       }
     }
     if (c.qk_norm) {
-      WEIGHTS_ASSIGN_OR_RETURN(l.q_norm,
+      KVSERVE_ASSIGN_OR_RETURN(l.q_norm,
                                ReadNorm(c, ckpt, p + "self_attn.q_norm.weight", c.head_dim));
-      WEIGHTS_ASSIGN_OR_RETURN(l.k_norm,
+      KVSERVE_ASSIGN_OR_RETURN(l.k_norm,
                                ReadNorm(c, ckpt, p + "self_attn.k_norm.weight", c.head_dim));
     }
 
-    WEIGHTS_ASSIGN_OR_RETURN(
+    KVSERVE_ASSIGN_OR_RETURN(
         l.o_proj, ReadPacked(ckpt, {{p + "self_attn.o_proj.weight", hidden}}, q_rows, o));
     if (c.o_proj_bias) {
       l.o_proj_bias.resize(hidden);
@@ -259,42 +249,38 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const Safetensors
     }
 
     if (c.sandwich_norms) {  // Gemma
-      WEIGHTS_ASSIGN_OR_RETURN(l.attn_output_norm,
+      KVSERVE_ASSIGN_OR_RETURN(l.attn_output_norm,
                                ReadNorm(c, ckpt, p + "post_attention_layernorm.weight", hidden));
-      WEIGHTS_ASSIGN_OR_RETURN(l.mlp_input_norm,
+      KVSERVE_ASSIGN_OR_RETURN(l.mlp_input_norm,
                                ReadNorm(c, ckpt, p + "pre_feedforward_layernorm.weight", hidden));
-      WEIGHTS_ASSIGN_OR_RETURN(l.mlp_output_norm,
+      KVSERVE_ASSIGN_OR_RETURN(l.mlp_output_norm,
                                ReadNorm(c, ckpt, p + "post_feedforward_layernorm.weight", hidden));
     } else {
-      WEIGHTS_ASSIGN_OR_RETURN(l.mlp_input_norm,
+      KVSERVE_ASSIGN_OR_RETURN(l.mlp_input_norm,
                                ReadNorm(c, ckpt, p + "post_attention_layernorm.weight", hidden));
     }
 
     if (fused) {
-      WEIGHTS_ASSIGN_OR_RETURN(
+      KVSERVE_ASSIGN_OR_RETURN(
           l.gate_up,
           ReadPacked(ckpt, {{p + "mlp.gate_up_proj.weight", 2 * c.intermediate_size}}, hidden, o));
     } else {
-      WEIGHTS_ASSIGN_OR_RETURN(l.gate_up,
+      KVSERVE_ASSIGN_OR_RETURN(l.gate_up,
                                ReadPacked(ckpt,
                                           {{p + "mlp.gate_proj.weight", c.intermediate_size},
                                            {p + "mlp.up_proj.weight", c.intermediate_size}},
                                           hidden, o));
     }
-    auto down = ReadPacked(ckpt, {{p + "mlp.down_proj.weight", hidden}}, c.intermediate_size, o);
-    if (!down.ok()) return down.status();
-    l.down = std::move(*down);
+    KVSERVE_ASSIGN_OR_RETURN(
+        l.down, ReadPacked(ckpt, {{p + "mlp.down_proj.weight", hidden}}, c.intermediate_size, o));
     w.layers.push_back(std::move(l));
   }
 
-  auto final_norm = ReadNorm(c, ckpt, "model.norm.weight", hidden);
-  if (!final_norm.ok()) return final_norm.status();
-  w.final_norm = std::move(*final_norm);
+  KVSERVE_ASSIGN_OR_RETURN(w.final_norm, ReadNorm(c, ckpt, "model.norm.weight", hidden));
 
   if (!c.tie_word_embeddings) {
-    auto lm_head = ReadPacked(ckpt, {{"lm_head.weight", c.vocab_size}}, hidden, o);
-    if (!lm_head.ok()) return lm_head.status();
-    w.lm_head = std::move(*lm_head);
+    KVSERVE_ASSIGN_OR_RETURN(w.lm_head,
+                             ReadPacked(ckpt, {{"lm_head.weight", c.vocab_size}}, hidden, o));
   }
   return w;
 }

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "scheduler/check.h"
+#include "common/check.h"
 
 namespace kvserve::scheduler {
 

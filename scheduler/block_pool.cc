@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "scheduler/check.h"
+#include "common/check.h"
 
 namespace kvserve::scheduler {
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace kvserve::scheduler {
 
@@ -58,7 +59,7 @@ absl::Status CapacityPolicy::CheckSubmission(const RequestParams& params) const 
   if (!stop.stop_strings.empty() && !limits_.has_tokenizer) {
     return absl::InvalidArgumentError("stop_strings: the model has no tokenizer");
   }
-  if (absl::Status s = params.sampling.Validate(); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(params.sampling.Validate());
   if (prompt_len + stop.max_tokens > limits_.max_model_len) {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt_tokens + max_tokens: ", prompt_len, " + ", stop.max_tokens,

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "scheduler/check.h"
+#include "common/check.h"
 
 namespace kvserve::scheduler {
 namespace {
@@ -61,7 +61,7 @@ EngineCore::EngineCore(const EngineConfig& config, const ModelInfo& model,
 std::unique_ptr<EngineCore> EngineCore::ForModel(const engine::Model& model,
                                                  const EngineConfig& config,
                                                  engine::KvCacheDtype kv_dtype) {
-  auto runner = std::make_unique<ModelStepRunner>(
+  auto runner = std::make_unique<engine::ModelRunner>(
       model, engine::RunnerOptions{.num_blocks = config.num_blocks,
                                    .block_size = config.block_size,
                                    .kv_cache_dtype = kv_dtype});

@@ -20,40 +20,15 @@
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/step_input.h"
+#include "engine/step_runner.h"
 #include "scheduler/kv_cache_manager.h"
 #include "scheduler/scheduler.h"
 
 namespace kvserve::scheduler {
 
-// The model, as the scheduler sees it: one forward step. An interface so that
-// tests can run thousands of steps through a cheap fake.
-class StepRunner {
- public:
-  virtual ~StepRunner() = default;
-  virtual absl::StatusOr<engine::StepOutput> Step(const engine::StepInput& input) = 0;
-  // True for a runner that samples on its device: it is handed
-  // StepInput::sample_specs and returns StepOutput::samples, not logits.
-  virtual bool SamplesOnDevice() const { return false; }
-  // The host thread pool the runner's steps use, which the scheduler may use
-  // between steps on the same thread (it samples the rows of a step on it);
-  // nullptr: the scheduler keeps to the calling thread.
-  virtual kernels::ThreadPool* HostPool() const { return nullptr; }
-};
-
-// The CPU ModelRunner behind StepRunner.
-class ModelStepRunner final : public StepRunner {
- public:
-  ModelStepRunner(const engine::Model& model, const engine::RunnerOptions& options)
-      : runner_(model, options) {}
-  absl::StatusOr<engine::StepOutput> Step(const engine::StepInput& input) override {
-    return runner_.Step(input);
-  }
-  kernels::ThreadPool* HostPool() const override { return runner_.pool(); }
-  engine::ModelRunner& runner() { return runner_; }
-
- private:
-  engine::ModelRunner runner_;
-};
+// The model, as the scheduler sees it: one forward step (engine/step_runner.h;
+// tests run thousands of steps through cheap fakes of it).
+using StepRunner = engine::StepRunner;
 
 struct EngineConfig {
   BatchLimits batch;
@@ -79,7 +54,7 @@ class EngineCore {
  public:
   EngineCore(const EngineConfig& config, const ModelInfo& model,
              std::unique_ptr<StepRunner> runner);
-  // With a ModelStepRunner over `model` (which must outlive the core), its
+  // With a CPU engine::ModelRunner over `model` (which must outlive the core), its
   // KV storage sized by config.num_blocks / block_size, its rows in kv_dtype.
   static std::unique_ptr<EngineCore> ForModel(
       const engine::Model& model, const EngineConfig& config,

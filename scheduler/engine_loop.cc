@@ -3,7 +3,7 @@
 #include <chrono>
 #include <utility>
 
-#include "scheduler/check.h"
+#include "common/check.h"
 
 namespace kvserve::scheduler {
 

@@ -4,7 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "scheduler/check.h"
+#include "common/check.h"
+#include "common/status_macros.h"
 
 namespace kvserve::scheduler {
 
@@ -156,7 +157,7 @@ absl::Status KvCacheManager::CheckInvariants() const {
   std::vector<std::span<const BlockId>> tables;
   tables.reserve(requests_.size());
   for (const auto& [id, r] : requests_) tables.emplace_back(r.table);
-  if (absl::Status s = pool_.CheckInvariants(tables); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(pool_.CheckInvariants(tables));
 
   const int32_t bs = pool_.block_size();
   for (const auto& [id, r] : requests_) {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "scheduler/check.h"
+#include "common/check.h"
 
 namespace kvserve::scheduler {
 namespace {

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "scheduler/check.h"
+#include "common/check.h"
 
 namespace kvserve::scheduler {
 

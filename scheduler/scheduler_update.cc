@@ -5,7 +5,7 @@
 #include <limits>
 #include <utility>
 
-#include "scheduler/check.h"
+#include "common/check.h"
 #include "scheduler/scheduler.h"
 
 namespace kvserve::scheduler {

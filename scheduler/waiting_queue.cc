@@ -1,6 +1,6 @@
 #include "scheduler/waiting_queue.h"
 
-#include "scheduler/check.h"
+#include "common/check.h"
 
 namespace kvserve::scheduler {
 

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "engine/cuda_backend.h"
 #include "engine/kv_cache.h"
-#include "engine/logging.h"
 #include "engine/model_runner.h"
 
 namespace kvserve::server {
@@ -55,27 +56,12 @@ absl::StatusOr<Backend> MakeCpuBackend(const ServerConfig& c) {
   if (!dtype.ok()) return WithFlag("kv_cache_dtype", c.kv_cache_dtype, dtype.status());
   b.kv_cache_dtype = *dtype;
   b.num_blocks = CpuKvBlocks(c, *b.model, *dtype);
-  b.runner = std::make_unique<scheduler::ModelStepRunner>(
+  b.runner = std::make_unique<engine::ModelRunner>(
       *b.model,
       engine::RunnerOptions{
           .num_blocks = b.num_blocks, .block_size = c.block_size, .kv_cache_dtype = *dtype});
   return b;
 }
-
-// The CUDA module's runner behind the scheduler's StepRunner; it samples on
-// the device.
-class CudaStepRunner final : public scheduler::StepRunner {
- public:
-  explicit CudaStepRunner(std::unique_ptr<engine::DeviceRunner> runner)
-      : runner_(std::move(runner)) {}
-  absl::StatusOr<engine::StepOutput> Step(const engine::StepInput& input) override {
-    return runner_->Step(input);
-  }
-  bool SamplesOnDevice() const override { return true; }
-
- private:
-  std::unique_ptr<engine::DeviceRunner> runner_;
-};
 
 absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::CudaBackendApi& api) {
   if (c.quantization != "none") {  // --backend=auto chose CUDA
@@ -88,11 +74,17 @@ absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::Cud
         absl::StrCat("--matmul_precision=", c.matmul_precision,
                      ": the cuda backend's precision is --dtype; use --backend=cpu"));
   }
+  auto dtype = engine::ParseWeightDtype(c.dtype);
+  if (!dtype.ok()) return WithFlag("dtype", c.dtype, dtype.status());
   auto kv_dtype = engine::ParseKvCacheDtype(c.kv_cache_dtype);
   if (!kv_dtype.ok()) return WithFlag("kv_cache_dtype", c.kv_cache_dtype, kv_dtype.status());
   Backend b;
   b.name = "cuda";
   b.kv_cache_dtype = *kv_dtype;
+  // --kv_cache_dtype=auto (kFloat32, fp32 rows on the CPU) is the serving
+  // dtype's cache on CUDA.
+  const std::optional<engine::KvCacheDtype> kv_format =
+      *kv_dtype == engine::KvCacheDtype::kFloat32 ? std::nullopt : std::optional(*kv_dtype);
   // The device gets the weights; no fp32 host copy. The served length picks
   // Phi-3 longrope's factors here too (the runner uploads the model's).
   auto model = engine::LoadModel(
@@ -111,16 +103,17 @@ absl::StatusOr<Backend> MakeCudaBackend(const ServerConfig& c, const engine::Cud
           .block_size = c.block_size,
           .num_blocks = c.num_kv_blocks,
           .gpu_memory_fraction = c.gpu_memory_fraction,
-          .dtype = c.dtype,
-          .kv_cache_dtype = *kv_dtype,
+          .dtype = *dtype,
+          .kv_cache_dtype = kv_format,
           .batch_invariant = c.batch_invariant,
           .max_num_tokens = c.max_num_batched_tokens,
           .max_num_seqs = c.max_num_seqs,
           .max_model_len = c.max_model_len > 0 ? std::min(c.max_model_len, model_len) : model_len});
   if (!runner.ok()) return WithFlag("backend", "cuda", runner.status());
-  b.device = (*runner)->device_name();
-  b.num_blocks = static_cast<int32_t>(std::min<int64_t>((*runner)->num_blocks(), 1 << 24));
-  b.runner = std::make_unique<CudaStepRunner>(std::move(*runner));
+  const engine::RunnerInfo info = (*runner)->Info();
+  b.device = info.device;
+  b.num_blocks = static_cast<int32_t>(std::min<int64_t>(info.num_blocks, 1 << 24));
+  b.runner = std::move(*runner);
   return b;
 }
 
@@ -140,7 +133,7 @@ absl::StatusOr<Backend> MakeBackend(const ServerConfig& c) {
     return MakeCudaBackend(c, **api);
   }
   if (c.backend == "cuda") return absl::FailedPreconditionError("--backend=cuda: " + why);
-  engine::Log().warn("--backend=auto: serving on the CPU: {}", why);
+  Log().warn("--backend=auto: serving on the CPU: {}", why);
   return MakeCpuBackend(c);
 }
 

@@ -24,7 +24,7 @@ struct Backend {
   std::string name;    // "cpu" | "cuda"
   std::string device;  // "cpu", or the GPU's name
   std::unique_ptr<engine::Model> model;
-  std::unique_ptr<scheduler::StepRunner> runner;
+  std::unique_ptr<engine::StepRunner> runner;
   int32_t num_blocks = 0;  // the null block included
   engine::KvCacheDtype kv_cache_dtype = engine::KvCacheDtype::kFloat32;
 };

@@ -13,8 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
 #include "engine/kv_cache.h"
-#include "engine/logging.h"
 #include "engine/model.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -60,16 +61,11 @@ void InstallAsyncLogger() {
 absl::StatusOr<std::optional<http::HttpTlsOptions>> ReadTlsFiles(const ServerConfig& c) {
   if (c.tls_cert_file.empty()) return std::nullopt;
   http::HttpTlsOptions tls;
-  auto cert = ReadFlagFile(c.tls_cert_file, "tls_cert_file");
-  if (!cert.ok()) return cert.status();
-  tls.cert_chain = *std::move(cert);
-  auto key = ReadFlagFile(c.tls_key_file, "tls_key_file");
-  if (!key.ok()) return key.status();
-  tls.private_key = *std::move(key);
+  KVSERVE_ASSIGN_OR_RETURN(tls.cert_chain, ReadFlagFile(c.tls_cert_file, "tls_cert_file"));
+  KVSERVE_ASSIGN_OR_RETURN(tls.private_key, ReadFlagFile(c.tls_key_file, "tls_key_file"));
   if (!c.tls_client_ca_file.empty()) {
-    auto ca = ReadFlagFile(c.tls_client_ca_file, "tls_client_ca_file");
-    if (!ca.ok()) return ca.status();
-    tls.client_ca = *std::move(ca);
+    KVSERVE_ASSIGN_OR_RETURN(tls.client_ca,
+                             ReadFlagFile(c.tls_client_ca_file, "tls_client_ca_file"));
   }
   return tls;
 }
@@ -140,7 +136,7 @@ absl::StatusOr<std::optional<chat::ChatTemplate>> LoadChatTemplate(const ServerC
   }
   if (config.chat_template.empty()) {
     if (!error->empty()) {
-      engine::Log().warn("chat template not loaded (chat requests will answer 400): {}", *error);
+      Log().warn("chat template not loaded (chat requests will answer 400): {}", *error);
     }
     return checkpoint;
   }
@@ -159,8 +155,8 @@ absl::StatusOr<std::optional<chat::ChatTemplate>> LoadChatTemplate(const ServerC
 }
 
 int StartupFailed(const absl::Status& status) {
-  engine::Log().error("startup failed: {}", std::string(status.message()));
-  engine::Log().flush();
+  Log().error("startup failed: {}", std::string(status.message()));
+  Log().flush();
   spdlog::shutdown();
   return 1;
 }
@@ -175,7 +171,7 @@ void StartSignalThread(std::atomic<bool>* signalled, std::condition_variable* cv
     sigaddset(&signals, SIGINT);
     int sig = 0;
     sigwait(&signals, &sig);
-    engine::Log().info("received signal {}: draining (a second signal exits at once)", sig);
+    Log().info("received signal {}: draining (a second signal exits at once)", sig);
     {
       std::lock_guard<std::mutex> lock(*mu);
       signalled->store(true);
@@ -298,7 +294,7 @@ int RunDaemon(const ServerConfig& config) {
       std::chrono::duration_cast<Clock::duration>(Seconds(config.health_stall_timeout_s)));
   health.Start();
 
-  engine::Log().info(
+  Log().info(
       "serving model={} backend={} device={} dtype={} quantization={} matmul_precision={} "
       "host_weights_mb={:.1f} "
       "kv_blocks={} block_size={} kv_cache_dtype={} "
@@ -325,8 +321,7 @@ int RunDaemon(const ServerConfig& config) {
       Clock::now() + std::chrono::duration_cast<Clock::duration>(Seconds(config.drain_timeout_s));
   const bool drained = state.WaitForStreams(drain_deadline);
   if (!drained) {
-    engine::Log().warn("drain timeout ({} s): aborting the requests still running",
-                       config.drain_timeout_s);
+    Log().warn("drain timeout ({} s): aborting the requests still running", config.drain_timeout_s);
   }
   // Aborts whatever is left; those streams end with UNAVAILABLE (HTTP: 503,
   // or an error event in an SSE stream).
@@ -343,7 +338,7 @@ int RunDaemon(const ServerConfig& config) {
   // returns); then /metrics stops, its threads joined (fast: metrics_exposer.h).
   metrics->Detach();
   exposer->reset();
-  engine::Log().info("drained{}; exiting", drained ? "" : " (deadline reached)");
+  Log().info("drained{}; exiting", drained ? "" : " (deadline reached)");
   spdlog::shutdown();
   return 0;
 }

@@ -3,6 +3,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/server_config.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
@@ -134,7 +135,7 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.health_stall_timeout_s = absl::GetFlag(FLAGS_health_stall_timeout_s);
   c.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
   c.log_requests = absl::GetFlag(FLAGS_log_requests);
-  if (absl::Status s = ValidateConfig(c); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ValidateConfig(c));
   return c;
 }
 

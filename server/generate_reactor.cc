@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/logging.h"
+#include "common/logging.h"
 #include "server/request_convert.h"
 #include "server/status_map.h"
 
@@ -36,7 +36,7 @@ std::optional<scheduler::TimePoint> SchedulerDeadline(const grpc::CallbackServer
 }  // namespace
 
 void LogFinished(const std::string& request_id, const scheduler::RequestOutput& out) {
-  engine::Log().info(
+  Log().info(
       "request id={} prompt_tokens={} cached_tokens={} completion_tokens={} queue_ms={:.1f} "
       "ttft_ms={:.1f} e2e_ms={:.1f} finish={}",
       request_id, out.usage.prompt_tokens, out.usage.cached_prompt_tokens,

@@ -1,6 +1,6 @@
 #include "server/health_monitor.h"
 
-#include "engine/logging.h"
+#include "common/logging.h"
 
 namespace kvserve::server {
 
@@ -45,8 +45,8 @@ void HealthMonitor::Publish(bool serving) {
   health_->SetServingStatus("", serving);
   health_->SetServingStatus(kKvServeService, serving);
   if (!serving && !draining_.load()) {
-    engine::Log().warn("health: NOT_SERVING: the engine loop made no progress for {} s",
-                       std::chrono::duration<double>(stall_timeout_).count());
+    Log().warn("health: NOT_SERVING: the engine loop made no progress for {} s",
+               std::chrono::duration<double>(stall_timeout_).count());
   }
 }
 

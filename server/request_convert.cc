@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/model.h"
 #include "server/status_map.h"
 
@@ -38,7 +39,7 @@ absl::Status ConvertStopping(const v1::StoppingParams& in, int32_t vocab_size,
   }
   out->stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
   std::vector<std::string> stops(in.stop().begin(), in.stop().end());
-  if (absl::Status s = CheckStopStrings(stops, tokenizer, "stopping.stop"); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(CheckStopStrings(stops, tokenizer, "stopping.stop"));
   out->stop_strings = std::move(stops);
   return absl::OkStatus();
 }
@@ -105,7 +106,7 @@ absl::Status CheckStopStrings(std::span<const std::string> stops,
   for (size_t i = 0; i < stops.size(); ++i) {
     const std::string name = absl::StrCat(std::string(field), "[", i, "]");
     if (stops[i].empty()) return Invalid(name, "empty stop string");
-    if (absl::Status s = CheckLength(stops[i], name, kMaxStopStringBytes); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(CheckLength(stops[i], name, kMaxStopStringBytes));
   }
   return absl::OkStatus();
 }
@@ -114,7 +115,7 @@ absl::StatusOr<std::vector<int32_t>> TokenizeText(const engine::Tokenizer* token
                                                   std::string_view text, std::string_view field,
                                                   bool add_special_tokens) {
   if (tokenizer == nullptr) return Invalid(field, "the model has no tokenizer; send token ids");
-  if (absl::Status s = CheckUtf8(text, field); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(CheckUtf8(text, field));
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(text, add_special_tokens);
   if (!ids.ok()) return Invalid(field, std::string(ids.status().message()));
   return ids;
@@ -128,16 +129,15 @@ absl::StatusOr<scheduler::RequestParams> ToRequestParams(const v1::GenerateReque
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
       if (request.text().empty()) return Invalid("text", "empty prompt");
-      auto ids = TokenizeText(tokenizer, request.text(), "text", request.add_special_tokens());
-      if (!ids.ok()) return ids.status();
-      params.prompt_tokens = *std::move(ids);
+      KVSERVE_ASSIGN_OR_RETURN(params.prompt_tokens, TokenizeText(tokenizer, request.text(), "text",
+                                                                  request.add_special_tokens()));
       if (params.prompt_tokens.empty()) return Invalid("text", "the prompt encodes to no tokens");
       break;
     }
     case v1::GenerateRequest::kTokenIds: {
       const auto& ids = request.token_ids().ids();
       if (ids.empty()) return Invalid("token_ids", "empty prompt");
-      if (absl::Status s = CheckTokenIds(ids, "token_ids.ids", vocab_size); !s.ok()) return s;
+      KVSERVE_RETURN_IF_ERROR(CheckTokenIds(ids, "token_ids.ids", vocab_size));
       params.prompt_tokens.assign(ids.begin(), ids.end());
       break;
     }

@@ -213,7 +213,7 @@ ModeResult RunMode(const Model& model, const Flags& f, const Workload& w, bool b
   CudaRunnerOptions options;
   options.block_size = f.block_size;
   options.num_blocks = w.num_blocks;
-  options.dtype = f.dtype;
+  options.dtype = Check(engine::ParseWeightDtype(f.dtype), "--dtype");
   options.batch_invariant = batch_invariant;
   options.max_num_tokens = std::max(f.batch, f.prefill_seqs * f.prefill_chunk);
   options.max_num_seqs = std::max(f.batch, f.prefill_seqs);

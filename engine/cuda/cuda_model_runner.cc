@@ -8,11 +8,13 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/builtin_models.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/step_arena.h"
+#include "engine/decoder.h"
 #include "engine/kv_cache.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
@@ -44,22 +46,23 @@ constexpr int64_t kKvRegionAlign = 256;
 
 int64_t AlignUp(int64_t x) { return (x + kKvRegionAlign - 1) / kKvRegionAlign * kKvRegionAlign; }
 
-absl::StatusOr<ElemType> ParseDtype(const std::string& name) {
-  if (name == "float32") return ElemType::kF32;
-  if (name == "bfloat16") return ElemType::kBF16;
-  if (name == "float16") return ElemType::kF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("dtype must be auto, float32, bfloat16 or float16, got \"", name, "\""));
-}
-
-// "auto": the checkpoint's embedding dtype; builtin llama3-8b is bf16, the
+// kAuto: the checkpoint's embedding dtype; builtin llama3-8b is bf16, the
 // small builtins fp32 (as their CPU weights).
-absl::StatusOr<ElemType> ServingDtype(const Model& model, const std::string& requested) {
-  if (requested != "auto") return ParseDtype(requested);
+absl::StatusOr<ElemType> ServingDtype(const Model& model, WeightDtype requested) {
+  switch (requested) {
+    case WeightDtype::kFloat32:
+      return ElemType::kF32;
+    case WeightDtype::kBfloat16:
+      return ElemType::kBF16;
+    case WeightDtype::kFloat16:
+      return ElemType::kF16;
+    case WeightDtype::kAuto:
+      break;
+  }
   if (model.checkpoint != nullptr) {
-    auto info = model.checkpoint->Find("model.embed_tokens.weight");
-    if (!info.ok()) return info.status();
-    return cuda::ElemTypeOf((*info)->dtype);
+    KVSERVE_ASSIGN_OR_RETURN(const TensorInfo* info,
+                             model.checkpoint->Find("model.embed_tokens.weight"));
+    return cuda::ElemTypeOf(info->dtype);
   }
   return model.name == "builtin:llama3-8b" ? ElemType::kBF16 : ElemType::kF32;
 }
@@ -97,8 +100,8 @@ struct CudaModelRunner::Impl {
   cuda::DeviceWeights weights;
   DeviceBuffer inv_freq;        // [rotary_dim / 2] fp32
   DeviceBuffer local_inv_freq;  // Gemma 3 sliding layers' rope; empty otherwise
-  // The cache's row format: options.kv_cache_dtype, "auto" resolved to the
-  // serving dtype's (so bf16 serving keeps today's bf16 cache).
+  // The cache's row format: options.kv_cache_dtype, auto (nullopt) resolved
+  // to the serving dtype's (bf16 serving keeps a bf16 cache).
   KvDtype kv_format = KvDtype::kFloat32;
   // Per layer: K rows, V rows (engine/kv_cache.h layout, kv_format rows),
   // then the K and V row scales for the scaled formats; each region aligned.
@@ -136,7 +139,7 @@ struct CudaModelRunner::Impl {
   absl::Status Init();
   absl::Status SizeKvPool();
   absl::StatusOr<StepOutput> Step(const StepInput& in);
-  absl::Status RunLayer(int64_t layer, const StepShape& shape, const cuda::StepBuffers& b);
+  class Ops;  // engine/decoder.h's operations, for one step
   absl::Status Linear(const void* x, int64_t m, const void* w, const void* bias, int64_t n,
                       int64_t k, void* y, ElemType out_type, const char* what);
 };
@@ -149,11 +152,8 @@ absl::Status CudaModelRunner::Impl::Init() {
   if (options.max_model_len <= 0) {
     options.max_model_len = static_cast<int32_t>(model.config.max_position_embeddings);
   }
-  auto dt = ServingDtype(model, options.dtype);
-  if (!dt.ok()) return dt.status();
-  dtype = *dt;
-  kv_format = options.kv_cache_dtype == KvDtype::kFloat32 ? kernels::cuda::KvDtypeOf(dtype)
-                                                          : options.kv_cache_dtype;
+  KVSERVE_ASSIGN_OR_RETURN(dtype, ServingDtype(model, options.dtype));
+  kv_format = options.kv_cache_dtype.value_or(kernels::cuda::KvDtypeOf(dtype));
 
   KVSERVE_RETURN_IF_CUDA_ERROR(cudaSetDevice(options.device),
                                absl::StrCat("selecting device ", options.device));
@@ -165,21 +165,17 @@ absl::Status CudaModelRunner::Impl::Init() {
                                "creating the step stream");
 
   if (model.checkpoint != nullptr) {
-    auto w = cuda::UploadWeights(model.config, *model.checkpoint, dtype);
-    if (!w.ok()) return w.status();
-    weights = std::move(*w);
+    KVSERVE_ASSIGN_OR_RETURN(weights, cuda::UploadWeights(model.config, *model.checkpoint, dtype));
   } else if (model.builtin_seed.has_value()) {
-    auto w = cuda::GenerateBuiltinWeights(model.config, *model.builtin_seed, dtype);
-    if (!w.ok()) return w.status();
-    weights = std::move(*w);
+    KVSERVE_ASSIGN_OR_RETURN(
+        weights, cuda::GenerateBuiltinWeights(model.config, *model.builtin_seed, dtype));
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("model \"", model.name, "\" has neither a checkpoint nor a builtin seed"));
   }
 
-  auto freq = DeviceBuffer::Allocate(model.rope_inv_freq.size() * sizeof(float), "rope");
-  if (!freq.ok()) return freq.status();
-  inv_freq = std::move(*freq);
+  KVSERVE_ASSIGN_OR_RETURN(
+      inv_freq, DeviceBuffer::Allocate(model.rope_inv_freq.size() * sizeof(float), "rope"));
   KVSERVE_RETURN_IF_CUDA_ERROR(cudaMemcpy(inv_freq.get(), model.rope_inv_freq.data(),
                                           inv_freq.bytes(), cudaMemcpyHostToDevice),
                                "uploading rope frequencies");
@@ -196,16 +192,15 @@ absl::Status CudaModelRunner::Impl::Init() {
     cublas.handle = nullptr;
     return cuda::CublasStatus(st, "creating the cuBLASLt handle");
   }
-  auto ws = DeviceBuffer::Allocate(kCublasWorkspaceBytes, "cuBLASLt workspace");
-  if (!ws.ok()) return ws.status();
-  cublas_workspace = std::move(*ws);
+  KVSERVE_ASSIGN_OR_RETURN(cublas_workspace,
+                           DeviceBuffer::Allocate(kCublasWorkspaceBytes, "cuBLASLt workspace"));
   cublas.workspace = cublas_workspace.get();
   cublas.workspace_bytes = cublas_workspace.bytes();
 
   // Scratch for the largest step the options allow, before the KV pool takes
   // what is left.
   const StepShape worst = StepShape::Worst(model.config, options, dtype);
-  if (absl::Status s = arena.Reserve(worst); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(arena.Reserve(worst));
   return SizeKvPool();
 }
 
@@ -239,9 +234,7 @@ absl::Status CudaModelRunner::Impl::SizeKvPool() {
   const int64_t scale_bytes = scaled ? AlignUp(rows * int64_t{sizeof(float)}) : 0;
   const int64_t layer_bytes = 2 * data_bytes + 2 * scale_bytes;
   kv_bytes = c.num_layers * layer_bytes;
-  auto kv_buffer = DeviceBuffer::Allocate(kv_bytes, "the KV cache");
-  if (!kv_buffer.ok()) return kv_buffer.status();
-  kv = std::move(*kv_buffer);
+  KVSERVE_ASSIGN_OR_RETURN(kv, DeviceBuffer::Allocate(kv_bytes, "the KV cache"));
   auto* base = static_cast<char*>(kv.get());
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     char* l = base + layer * layer_bytes;
@@ -274,12 +267,187 @@ absl::Status CudaModelRunner::Impl::Linear(const void* x, int64_t m, const void*
   return cuda::CublasStatus(kernels::cuda::GemmCublasLt(cublas, p, stream), what);
 }
 
+// engine/decoder.h's operations over the CUDA kernels, for one step: every
+// kernel queued on the runner's stream over the step's n tokens, activations
+// in the serving dtype (the residual stream in fp32), each error naming the
+// operation.
+class CudaModelRunner::Impl::Ops {
+ public:
+  Ops(Impl& m, const StepShape& shape, const cuda::StepBuffers& b)
+      : m_(m),
+        c_(m.model.config),
+        b_(b),
+        shape_(shape),
+        n_(shape.num_tokens),
+        eps_(static_cast<float>(c_.rms_norm_eps)),
+        norm_offset_(NormOffset(c_)) {}
+
+  void* At(void* base, int64_t elements) const { return engine::At(base, elements, m_.dtype); }
+
+  absl::Status Embed(void* residual) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::EmbeddingLookup(m_.weights.embed_tokens, m_.dtype, c_.hidden_size,
+                                       b_.token_ids, n_, static_cast<float*>(residual), m_.stream),
+        "embedding lookup");
+    return absl::OkStatus();
+  }
+  absl::Status ScaleResidual(void* residual, float factor) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::ScaleF32(static_cast<float*>(residual),
+                                                         n_ * c_.hidden_size, factor, m_.stream),
+                                 "embedding scaling");
+    return absl::OkStatus();
+  }
+  absl::Status Norm(void* in, const void* norm, void* out, const char* what) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::RmsNorm(static_cast<const float*>(in), norm, m_.dtype, out, m_.dtype, n_,
+                               c_.hidden_size, eps_, m_.stream, norm_offset_),
+        what);
+    return absl::OkStatus();
+  }
+  absl::Status HeadNorm(void* x, int64_t stride, int64_t heads, const void* norm,
+                        const char* what) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::HeadRmsNorm(x, m_.dtype, stride, n_, heads, norm, c_.head_dim, eps_,
+                                   norm_offset_, m_.stream),
+        what);
+    return absl::OkStatus();
+  }
+  // One "head" as wide as the hidden state: the row's RMSNorm, in place.
+  absl::Status NormInPlace(void* x, const void* norm, const char* what) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::HeadRmsNorm(x, m_.dtype, c_.hidden_size, n_, 1, norm, c_.hidden_size, eps_,
+                                   norm_offset_, m_.stream),
+        what);
+    return absl::OkStatus();
+  }
+  absl::Status AddNorm(void* residual, void* x, const void* norm, void* normed, const char* what) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::AddRmsNorm(static_cast<float*>(residual), x, norm, m_.dtype, normed,
+                                  m_.dtype, n_, c_.hidden_size, eps_, m_.stream, norm_offset_),
+        what);
+    return absl::OkStatus();
+  }
+  absl::Status Linear(const void* in, int64_t k, const void* w, const void* bias, int64_t n,
+                      void* out, const char* what) {
+    return m_.Linear(in, n_, w, bias, n, k, out, m_.dtype, what);
+  }
+  absl::Status Rope(void* q, void* k, int64_t stride, bool local) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::ApplyRope(
+            {.dtype = m_.dtype,
+             .q = q,
+             .k = k,
+             .q_stride = stride,
+             .k_stride = stride,
+             .positions = b_.positions,
+             .inv_freq =
+                 static_cast<const float*>(local ? m_.local_inv_freq.get() : m_.inv_freq.get()),
+             .attention_scaling = local ? 1.0f : m_.model.rope_attention_scaling,
+             .num_tokens = static_cast<int>(n_),
+             .num_heads = static_cast<int>(c_.num_heads),
+             .num_kv_heads = static_cast<int>(c_.num_kv_heads),
+             .head_dim = static_cast<int>(c_.head_dim),
+             .rotary_dim = static_cast<int>(c_.RotaryDim())},
+            m_.stream),
+        "rope");
+    return absl::OkStatus();
+  }
+  absl::Status WriteKv(int64_t layer, void* k, void* v, int64_t stride) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::WriteKvCache({.dtype = m_.dtype,
+                                     .k = k,
+                                     .v = v,
+                                     .src_stride = stride,
+                                     .k_cache = m_.k_cache[layer],
+                                     .v_cache = m_.v_cache[layer],
+                                     .kv_dtype = m_.kv_format,
+                                     .k_scales = m_.k_scales[layer],
+                                     .v_scales = m_.v_scales[layer],
+                                     .slot_mapping = b_.slot_mapping,
+                                     .num_tokens = static_cast<int>(n_),
+                                     .num_kv_heads = static_cast<int>(c_.num_kv_heads),
+                                     .head_dim = static_cast<int>(c_.head_dim),
+                                     .block_size = static_cast<int>(m_.options.block_size)},
+                                    m_.stream),
+        "kv cache write");
+    return absl::OkStatus();
+  }
+  absl::Status Attention(int64_t layer, void* q, int64_t stride, const AttentionShape& attention,
+                         void* out) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::PagedAttention({.dtype = m_.dtype,
+                                       .q = q,
+                                       .q_stride = stride,
+                                       .out = out,
+                                       .k_cache = m_.k_cache[layer],
+                                       .v_cache = m_.v_cache[layer],
+                                       .kv_dtype = m_.kv_format,
+                                       .k_scales = m_.k_scales[layer],
+                                       .v_scales = m_.v_scales[layer],
+                                       .num_tokens = static_cast<int>(n_),
+                                       .num_heads = static_cast<int>(c_.num_heads),
+                                       .num_kv_heads = static_cast<int>(c_.num_kv_heads),
+                                       .head_dim = static_cast<int>(c_.head_dim),
+                                       .block_size = static_cast<int>(m_.options.block_size),
+                                       .num_seqs = shape_.num_seqs,
+                                       .token_seq = b_.token_seq,
+                                       .token_pos = b_.positions,
+                                       .query_start = b_.query_start,
+                                       .block_table_start = b_.block_table_start,
+                                       .block_ids = b_.block_ids,
+                                       .max_query_len = shape_.max_query_len,
+                                       .max_seq_len = shape_.max_seq_len,
+                                       .scale = attention.scale,
+                                       .sliding_window = attention.sliding_window,
+                                       .softcap = attention.softcap,
+                                       .batch_invariant = m_.options.batch_invariant,
+                                       .workspace = b_.attention_workspace,
+                                       .workspace_bytes = b_.attention_workspace_bytes},
+                                      m_.stream),
+        "paged attention");
+    return absl::OkStatus();
+  }
+  absl::Status GatedActivation(Activation act, void* gate_up, void* out) {
+    const int64_t inter = c_.intermediate_size;
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        act == Activation::kGeluTanh
+            ? kernels::cuda::GeluTanhMul(gate_up, out, m_.dtype, n_, inter, m_.stream)
+            : kernels::cuda::SiluMul(gate_up, out, m_.dtype, n_, inter, m_.stream),
+        "gated activation");
+    return absl::OkStatus();
+  }
+  absl::Status GatherLogitRows(void* normed, void* gathered) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::GatherRows(normed, b_.logits_indices, shape_.num_logits,
+                                  c_.hidden_size * static_cast<int64_t>(ElemSize(m_.dtype)),
+                                  gathered, m_.stream),
+        "gathering the logits rows");
+    return absl::OkStatus();
+  }
+  absl::Status Logits(void* gathered, int64_t rows, void* logits) {
+    return m_.Linear(gathered, rows, m_.weights.lm_head, nullptr, c_.vocab_size, c_.hidden_size,
+                     logits, ElemType::kF32, "lm_head");
+  }
+  absl::Status SoftCap(void* logits, int64_t count, float cap) {
+    KVSERVE_RETURN_IF_CUDA_ERROR(
+        kernels::cuda::SoftCapF32(static_cast<float*>(logits), count, cap, m_.stream),
+        "final logit soft-capping");
+    return absl::OkStatus();
+  }
+
+ private:
+  Impl& m_;
+  const ModelConfig& c_;
+  const cuda::StepBuffers& b_;
+  const StepShape& shape_;
+  const int64_t n_;
+  const float eps_;
+  const float norm_offset_;
+};
+
 absl::StatusOr<StepOutput> CudaModelRunner::Impl::Step(const StepInput& in) {
   const ModelConfig& c = model.config;
-  if (absl::Status s = ValidateStepInput(in, c.vocab_size, num_blocks, options.block_size);
-      !s.ok()) {
-    return s;
-  }
+  KVSERVE_RETURN_IF_ERROR(ValidateStepInput(in, c.vocab_size, num_blocks, options.block_size));
   if (in.num_tokens() > options.max_num_tokens || in.num_seqs() > options.max_num_seqs) {
     return absl::InvalidArgumentError(
         absl::StrCat("step input: ", in.num_tokens(), " tokens in ", in.num_seqs(),
@@ -288,73 +456,41 @@ absl::StatusOr<StepOutput> CudaModelRunner::Impl::Step(const StepInput& in) {
   }
   for (const SampleSpec& spec : in.sample_specs) {
     // The sampler trusts its rows (num_logprobs sizes the out_top writes).
-    if (absl::Status s = spec.params.Validate(); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(spec.params.Validate());
   }
   StepOutput out;
   out.vocab_size = c.vocab_size;
   if (in.num_tokens() == 0) return out;
 
   const StepShape shape = StepShape::Of(in, c, options, dtype);
-  auto buffers = arena.Prepare(shape, in, stream);
-  if (!buffers.ok()) return buffers.status();
-  const cuda::StepBuffers& b = *buffers;
-  const int64_t n = shape.num_tokens;
-  const int64_t hidden = c.hidden_size;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-
-  KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::EmbeddingLookup(weights.embed_tokens, dtype, hidden,
-                                                              b.token_ids, n, b.residual, stream),
-                               "embedding lookup");
-  if (c.scale_embeddings) {  // Gemma: times hidden_size**0.5, as the CPU runner
-    KVSERVE_RETURN_IF_CUDA_ERROR(
-        kernels::cuda::ScaleF32(b.residual, n * hidden,
-                                static_cast<float>(std::sqrt(static_cast<double>(hidden))), stream),
-        "embedding scaling");
+  KVSERVE_ASSIGN_OR_RETURN(const cuda::StepBuffers b, arena.Prepare(shape, in, stream));
+  Ops ops(*this, shape, b);
+  const DecoderActivations<void*> a{.residual = b.residual,
+                                    .normed = b.normed,
+                                    .qkv = b.qkv,
+                                    .attn = b.attn,
+                                    .proj = b.proj,
+                                    .gate_up = b.gate_up,
+                                    .act = b.act,
+                                    .gathered = b.gathered,
+                                    .logits = b.logits};
+  KVSERVE_RETURN_IF_ERROR(RunDecoder(ops, c, weights, a, shape.num_logits));
+  if (shape.num_logits > 0 && shape.sampling) {
+    const kernels::cuda::CudaSamplingParams sp{.logits = b.logits,
+                                               .num_rows = static_cast<int>(shape.num_logits),
+                                               .vocab = static_cast<int>(c.vocab_size),
+                                               .rows = b.sample_rows,
+                                               .penalty_tokens = b.penalty_tokens,
+                                               .penalty_counts = b.penalty_counts,
+                                               .masked_tokens = b.masked_tokens,
+                                               .out_tokens = b.out_tokens,
+                                               .out_logprobs = b.out_logprobs,
+                                               .out_top = b.out_top,
+                                               .workspace = b.sampling_workspace,
+                                               .workspace_bytes = b.sampling_workspace_bytes};
+    KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::SampleRows(sp, stream), "sampling");
   }
-  KVSERVE_RETURN_IF_CUDA_ERROR(
-      kernels::cuda::RmsNorm(b.residual, weights.layers[0].input_norm, dtype, b.normed, dtype, n,
-                             hidden, eps, stream, NormOffset(c)),
-      "input norm");
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    if (absl::Status s = RunLayer(layer, shape, b); !s.ok()) return s;
-  }
-  // normed = the final norm of the residual stream.
-
-  const int64_t rows = shape.num_logits;
-  if (rows > 0) {
-    KVSERVE_RETURN_IF_CUDA_ERROR(
-        kernels::cuda::GatherRows(b.normed, b.logits_indices, rows,
-                                  hidden * static_cast<int64_t>(ElemSize(dtype)), b.gathered,
-                                  stream),
-        "gathering the logits rows");
-    if (absl::Status s = Linear(b.gathered, rows, weights.lm_head, nullptr, c.vocab_size, hidden,
-                                b.logits, ElemType::kF32, "lm_head");
-        !s.ok()) {
-      return s;
-    }
-    if (c.final_logit_softcapping > 0.0) {
-      KVSERVE_RETURN_IF_CUDA_ERROR(
-          kernels::cuda::SoftCapF32(b.logits, rows * c.vocab_size,
-                                    static_cast<float>(c.final_logit_softcapping), stream),
-          "final logit soft-capping");
-    }
-    if (shape.sampling) {
-      const kernels::cuda::CudaSamplingParams sp{.logits = b.logits,
-                                                 .num_rows = static_cast<int>(rows),
-                                                 .vocab = static_cast<int>(c.vocab_size),
-                                                 .rows = b.sample_rows,
-                                                 .penalty_tokens = b.penalty_tokens,
-                                                 .penalty_counts = b.penalty_counts,
-                                                 .masked_tokens = b.masked_tokens,
-                                                 .out_tokens = b.out_tokens,
-                                                 .out_logprobs = b.out_logprobs,
-                                                 .out_top = b.out_top,
-                                                 .workspace = b.sampling_workspace,
-                                                 .workspace_bytes = b.sampling_workspace_bytes};
-      KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::SampleRows(sp, stream), "sampling");
-    }
-  }
-  if (absl::Status s = arena.CopyResults(shape, stream); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(arena.CopyResults(shape, stream));
   KVSERVE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream), "running the step");
   if (shape.sampling) {
     out.samples = arena.Samples(shape, in);
@@ -364,163 +500,16 @@ absl::StatusOr<StepOutput> CudaModelRunner::Impl::Step(const StepInput& in) {
   return out;
 }
 
-// One decoder layer, the CPU runner's (engine/model_runner.cc) step for step.
-// On entry b.normed = input_norm(residual); on exit the residual has both
-// sublayers added and b.normed = the next norm of it (the next layer's input
-// norm, or the final norm after the last layer). Gemma (sandwich_norms) norms
-// each sublayer's output (in place, in the serving dtype) before the add.
-absl::Status CudaModelRunner::Impl::RunLayer(int64_t layer, const StepShape& shape,
-                                             const cuda::StepBuffers& b) {
-  const ModelConfig& c = model.config;
-  const cuda::DeviceLayerWeights& lw = weights.layers[layer];
-  const int64_t n = shape.num_tokens;
-  const int64_t hidden = c.hidden_size;
-  const int64_t d = c.head_dim;
-  const int64_t q_width = c.num_heads * d;
-  const int64_t kv_width = c.num_kv_heads * d;
-  const int64_t qkv_width = q_width + 2 * kv_width;
-  const int64_t inter = c.intermediate_size;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  void* q = b.qkv;
-  void* k = At(b.qkv, q_width, dtype);
-  void* v = At(b.qkv, q_width + kv_width, dtype);
-  const float norm_offset = NormOffset(c);
-
-  if (absl::Status s =
-          Linear(b.normed, n, lw.qkv, lw.qkv_bias, qkv_width, hidden, b.qkv, dtype, "qkv_proj");
-      !s.ok()) {
-    return s;
-  }
-  if (c.qk_norm) {  // Qwen3, Gemma 3: per-head norms before RoPE
-    KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::HeadRmsNorm(q, dtype, qkv_width, n, c.num_heads,
-                                                            lw.q_norm, d, eps, norm_offset, stream),
-                                 "q norm");
-    KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::HeadRmsNorm(k, dtype, qkv_width, n, c.num_kv_heads,
-                                                            lw.k_norm, d, eps, norm_offset, stream),
-                                 "k norm");
-  }
-  const bool local_rope = c.LayerUsesLocalRope(layer);
-  KVSERVE_RETURN_IF_CUDA_ERROR(
-      kernels::cuda::ApplyRope(
-          {.dtype = dtype,
-           .q = q,
-           .k = k,
-           .q_stride = qkv_width,
-           .k_stride = qkv_width,
-           .positions = b.positions,
-           .inv_freq =
-               static_cast<const float*>(local_rope ? local_inv_freq.get() : inv_freq.get()),
-           .attention_scaling = local_rope ? 1.0f : model.rope_attention_scaling,
-           .num_tokens = static_cast<int>(n),
-           .num_heads = static_cast<int>(c.num_heads),
-           .num_kv_heads = static_cast<int>(c.num_kv_heads),
-           .head_dim = static_cast<int>(d),
-           .rotary_dim = static_cast<int>(c.RotaryDim())},
-          stream),
-      "rope");
-  KVSERVE_RETURN_IF_CUDA_ERROR(
-      kernels::cuda::WriteKvCache({.dtype = dtype,
-                                   .k = k,
-                                   .v = v,
-                                   .src_stride = qkv_width,
-                                   .k_cache = k_cache[layer],
-                                   .v_cache = v_cache[layer],
-                                   .kv_dtype = kv_format,
-                                   .k_scales = k_scales[layer],
-                                   .v_scales = v_scales[layer],
-                                   .slot_mapping = b.slot_mapping,
-                                   .num_tokens = static_cast<int>(n),
-                                   .num_kv_heads = static_cast<int>(c.num_kv_heads),
-                                   .head_dim = static_cast<int>(d),
-                                   .block_size = static_cast<int>(options.block_size)},
-                                  stream),
-      "kv cache write");
-  KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::PagedAttention(
-                                   {.dtype = dtype,
-                                    .q = q,
-                                    .q_stride = qkv_width,
-                                    .out = b.attn,
-                                    .k_cache = k_cache[layer],
-                                    .v_cache = v_cache[layer],
-                                    .kv_dtype = kv_format,
-                                    .k_scales = k_scales[layer],
-                                    .v_scales = v_scales[layer],
-                                    .num_tokens = static_cast<int>(n),
-                                    .num_heads = static_cast<int>(c.num_heads),
-                                    .num_kv_heads = static_cast<int>(c.num_kv_heads),
-                                    .head_dim = static_cast<int>(d),
-                                    .block_size = static_cast<int>(options.block_size),
-                                    .num_seqs = shape.num_seqs,
-                                    .token_seq = b.token_seq,
-                                    .token_pos = b.positions,
-                                    .query_start = b.query_start,
-                                    .block_table_start = b.block_table_start,
-                                    .block_ids = b.block_ids,
-                                    .max_query_len = shape.max_query_len,
-                                    .max_seq_len = shape.max_seq_len,
-                                    .scale = c.AttentionScale(),
-                                    .sliding_window = static_cast<int>(c.LayerSlidingWindow(layer)),
-                                    .softcap = static_cast<float>(c.attn_logit_softcapping),
-                                    .batch_invariant = options.batch_invariant,
-                                    .workspace = b.attention_workspace,
-                                    .workspace_bytes = b.attention_workspace_bytes},
-                                   stream),
-                               "paged attention");
-  if (absl::Status s =
-          Linear(b.attn, n, lw.o_proj, lw.o_proj_bias, hidden, q_width, b.proj, dtype, "o_proj");
-      !s.ok()) {
-    return s;
-  }
-  if (c.sandwich_norms) {
-    KVSERVE_RETURN_IF_CUDA_ERROR(
-        kernels::cuda::HeadRmsNorm(b.proj, dtype, hidden, n, 1, lw.attn_output_norm, hidden, eps,
-                                   norm_offset, stream),
-        "attention output norm");
-  }
-  KVSERVE_RETURN_IF_CUDA_ERROR(
-      kernels::cuda::AddRmsNorm(b.residual, b.proj, lw.mlp_input_norm, dtype, b.normed, dtype, n,
-                                hidden, eps, stream, norm_offset),
-      "mlp input norm");
-  if (absl::Status s = Linear(b.normed, n, lw.gate_up, nullptr, 2 * inter, hidden, b.gate_up, dtype,
-                              "gate_up_proj");
-      !s.ok()) {
-    return s;
-  }
-  KVSERVE_RETURN_IF_CUDA_ERROR(
-      c.hidden_act == Activation::kGeluTanh
-          ? kernels::cuda::GeluTanhMul(b.gate_up, b.act, dtype, n, inter, stream)
-          : kernels::cuda::SiluMul(b.gate_up, b.act, dtype, n, inter, stream),
-      "gated activation");
-  if (absl::Status s =
-          Linear(b.act, n, lw.down, nullptr, hidden, inter, b.proj, dtype, "down_proj");
-      !s.ok()) {
-    return s;
-  }
-  if (c.sandwich_norms) {
-    KVSERVE_RETURN_IF_CUDA_ERROR(
-        kernels::cuda::HeadRmsNorm(b.proj, dtype, hidden, n, 1, lw.mlp_output_norm, hidden, eps,
-                                   norm_offset, stream),
-        "mlp output norm");
-  }
-  const bool last = layer + 1 == c.num_layers;
-  const void* next_norm = last ? weights.final_norm : weights.layers[layer + 1].input_norm;
-  KVSERVE_RETURN_IF_CUDA_ERROR(
-      kernels::cuda::AddRmsNorm(b.residual, b.proj, next_norm, dtype, b.normed, dtype, n, hidden,
-                                eps, stream, norm_offset),
-      "post-mlp norm");
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::Create(
     const Model& model, const CudaRunnerOptions& options) {
-  if (absl::Status s = CheckCudaSupports(model.config); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(CheckCudaSupports(model.config));
   std::string why;
   if (!CudaDeviceAvailable(&why)) {
     return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", why));
   }
   auto impl = std::make_unique<Impl>(model);
   impl->options = options;
-  if (absl::Status s = impl->Init(); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<CudaModelRunner>(new CudaModelRunner(std::move(impl)));
 }
 
@@ -538,6 +527,16 @@ absl::StatusOr<StepOutput> CudaModelRunner::Step(const StepInput& input) {
     cudaStreamSynchronize(impl_->stream);
   }
   return out;
+}
+
+RunnerInfo CudaModelRunner::Info() const {
+  return RunnerInfo{.device = device_name(),
+                    .dtype = dtype_name(),
+                    .num_blocks = num_blocks(),
+                    .block_size = block_size(),
+                    .weight_bytes = weight_bytes(),
+                    .kv_cache_bytes = kv_cache_bytes(),
+                    .streamed_weight_bytes = streamed_weight_bytes()};
 }
 
 int64_t CudaModelRunner::num_blocks() const { return impl_->num_blocks; }

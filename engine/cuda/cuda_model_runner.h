@@ -1,5 +1,6 @@
-// CudaModelRunner: the GPU twin of engine/model_runner.h. One forward step of
-// a Llama-family model over a flattened batch (StepInput) on one CUDA device:
+// CudaModelRunner: the CUDA StepRunner (engine/step_runner.h), the GPU twin of
+// engine/model_runner.h. One forward step of engine/decoder.h's decoder over
+// a flattened batch (StepInput) on one CUDA device:
 // weights in GPU memory (DeviceWeights), the paged KV pool in GPU memory in
 // the layout of engine/kv_cache.h (in the serving dtype), activations in a
 // per-step arena. It returns logits to the host, or, when the step carries
@@ -33,13 +34,14 @@
 #include "engine/cuda_backend.h"
 #include "engine/model.h"
 #include "engine/step_input.h"
+#include "engine/step_runner.h"
 
 namespace kvserve::engine {
 
 // Whether a CUDA device can be used; `why` says why not.
 bool CudaDeviceAvailable(std::string* why = nullptr);
 
-class CudaModelRunner final : public DeviceRunner {
+class CudaModelRunner final : public StepRunner {
  public:
   // `model` must outlive the runner. It may carry host weights (they are
   // uploaded) or none (LoadModelOptions::host_weights = false: the
@@ -52,19 +54,21 @@ class CudaModelRunner final : public DeviceRunner {
   // the options' bounds; Internal for a CUDA failure (the runner is then
   // unusable: a sticky CUDA error poisons the context).
   absl::StatusOr<StepOutput> Step(const StepInput& input) override;
+  bool SamplesOnDevice() const override { return true; }
+  RunnerInfo Info() const override;
 
-  int64_t num_blocks() const override;
-  int64_t block_size() const override;
-  std::string device_name() const override;
-  std::string dtype_name() const override;
-  int64_t weight_bytes() const override;
-  int64_t kv_cache_bytes() const override;
+  int64_t num_blocks() const;
+  int64_t block_size() const;
+  std::string device_name() const;
+  std::string dtype_name() const;
+  int64_t weight_bytes() const;
+  int64_t kv_cache_bytes() const;
   // Bytes of weights a decode step streams (the roofline's weight share).
-  int64_t streamed_weight_bytes() const override;
+  int64_t streamed_weight_bytes() const;
 
   // Fills every slot of the given blocks (all layers, K and V) with `value`
   // (tests poison unowned blocks with NaN).
-  absl::Status FillKvBlocks(const std::vector<int32_t>& block_ids, float value) override;
+  absl::Status FillKvBlocks(const std::vector<int32_t>& block_ids, float value);
 
  private:
   struct Impl;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "engine/builtin_models.h"
 #include "engine/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise.h"
@@ -115,7 +116,7 @@ absl::StatusOr<DeviceWeights> Build(
     *s.dst = base;
     if (s.streamed) w.streamed_bytes += n * static_cast<int64_t>(ElemSize(dtype));
     for (const Part& p : s.parts) {
-      if (absl::Status st = fill(p, base); !st.ok()) return st;
+      KVSERVE_RETURN_IF_ERROR(fill(p, base));
       base += Elements(p.shape) * ElemSize(dtype);
     }
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include "common/status_macros.h"
 #include "engine/cuda/cuda_model_runner.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/sample_rows.h"
@@ -172,21 +173,15 @@ StepShape StepShape::Worst(const ModelConfig& c, const CudaRunnerOptions& o,
 absl::Status StepArena::Grow(size_t device_bytes, size_t host_in_bytes, size_t host_out_bytes) {
   if (device_bytes > device_.bytes()) {
     device_ = DeviceBuffer();  // free first: the old one is not needed
-    auto d = DeviceBuffer::Allocate(device_bytes, "step scratch");
-    if (!d.ok()) return d.status();
-    device_ = std::move(*d);
+    KVSERVE_ASSIGN_OR_RETURN(device_, DeviceBuffer::Allocate(device_bytes, "step scratch"));
   }
   if (host_in_bytes > host_in_.bytes()) {
     host_in_ = PinnedBuffer();
-    auto h = PinnedBuffer::Allocate(host_in_bytes, "step metadata");
-    if (!h.ok()) return h.status();
-    host_in_ = std::move(*h);
+    KVSERVE_ASSIGN_OR_RETURN(host_in_, PinnedBuffer::Allocate(host_in_bytes, "step metadata"));
   }
   if (host_out_bytes > host_out_.bytes()) {
     host_out_ = PinnedBuffer();
-    auto h = PinnedBuffer::Allocate(host_out_bytes, "step results");
-    if (!h.ok()) return h.status();
-    host_out_ = std::move(*h);
+    KVSERVE_ASSIGN_OR_RETURN(host_out_, PinnedBuffer::Allocate(host_out_bytes, "step results"));
   }
   return absl::OkStatus();
 }

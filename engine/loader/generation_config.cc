@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::engine {
@@ -101,14 +102,14 @@ absl::StatusOr<GenerationConfig> ParseGenerationConfig(const Json& json,
     return absl::InvalidArgumentError(absl::StrCat(source, ": top level is not a JSON object"));
   }
   GenerationConfig out;
-  if (absl::Status s = ParseEos(json, source, out); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ParseEos(json, source, out));
   SamplingDefaults& d = out.sampling;
   if (absl::Status s = ReadFloat(json, "temperature", kHfTemperature, source, &d.temperature);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = ReadFloat(json, "top_p", kHfTopP, source, &d.top_p); !s.ok()) return s;
-  if (absl::Status s = ReadFloat(json, "min_p", std::nullopt, source, &d.min_p); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ReadFloat(json, "top_p", kHfTopP, source, &d.top_p));
+  KVSERVE_RETURN_IF_ERROR(ReadFloat(json, "min_p", std::nullopt, source, &d.min_p));
   if (absl::Status s = ReadFloat(json, "repetition_penalty", kHfRepetitionPenalty, source,
                                  &d.repetition_penalty);
       !s.ok()) {

@@ -17,8 +17,8 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/loader/model_config_internal.h"
-#include "engine/loader/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::engine {
@@ -49,7 +49,7 @@ bool IsGemma(const ModelConfig& c) {
 
 absl::Status ResolveFamily(const FieldReader& r, const std::string& source, ModelConfig& c) {
   std::optional<std::string> model_type;
-  LOADER_ASSIGN_OR_RETURN(model_type, r.OptionalString("model_type"));
+  KVSERVE_ASSIGN_OR_RETURN(model_type, r.OptionalString("model_type"));
   std::optional<std::string> architecture;
   if (const Json* archs = r.Get("architectures")) {
     if (!archs->is_array() || (!archs->empty() && !(*archs)[0].is_string())) {
@@ -89,19 +89,19 @@ absl::Status ResolveFamily(const FieldReader& r, const std::string& source, Mode
 absl::Status ParseTokenIds(const FieldReader& r, ModelConfig& c) {
   c.bos_token_id = -1;
   if (const Json* bos = r.Get("bos_token_id")) {
-    LOADER_ASSIGN_OR_RETURN(c.bos_token_id, r.TokenId("bos_token_id", *bos));
+    KVSERVE_ASSIGN_OR_RETURN(c.bos_token_id, r.TokenId("bos_token_id", *bos));
   }
   c.eos_token_ids.clear();
   if (const Json* eos = r.Get("eos_token_id")) {
     if (eos->is_array()) {
       for (const Json& id : *eos) {
         int32_t value = 0;
-        LOADER_ASSIGN_OR_RETURN(value, r.TokenId("eos_token_id", id));
+        KVSERVE_ASSIGN_OR_RETURN(value, r.TokenId("eos_token_id", id));
         c.eos_token_ids.push_back(value);
       }
     } else {
       int32_t value = 0;
-      LOADER_ASSIGN_OR_RETURN(value, r.TokenId("eos_token_id", *eos));
+      KVSERVE_ASSIGN_OR_RETURN(value, r.TokenId("eos_token_id", *eos));
       c.eos_token_ids.push_back(value);
     }
   }
@@ -113,28 +113,28 @@ absl::Status ParseInto(const Json& json, const std::string& source, ModelConfig&
     return absl::InvalidArgumentError(absl::StrCat(source, ": top level is not a JSON object"));
   }
   const FieldReader r(json, source, "");
-  LOADER_RETURN_IF_ERROR(ResolveFamily(r, source, c));
+  KVSERVE_RETURN_IF_ERROR(ResolveFamily(r, source, c));
 
   if (!IsGemma(c)) {  // Gemma reads hidden_activation (ParseGemma)
     std::optional<std::string> act;
-    LOADER_ASSIGN_OR_RETURN(act, r.OptionalString("hidden_act"));
+    KVSERVE_ASSIGN_OR_RETURN(act, r.OptionalString("hidden_act"));
     if (act && *act != "silu") {
       return r.Error("hidden_act", absl::StrCat("\"", *act, "\" is not supported (only \"silu\")"));
     }
   }
 
-  LOADER_ASSIGN_OR_RETURN(c.vocab_size, r.RequiredInt("vocab_size"));
-  LOADER_ASSIGN_OR_RETURN(c.hidden_size, r.RequiredInt("hidden_size"));
-  LOADER_ASSIGN_OR_RETURN(c.intermediate_size, r.RequiredInt("intermediate_size"));
-  LOADER_ASSIGN_OR_RETURN(c.num_layers, r.RequiredInt("num_hidden_layers"));
-  LOADER_ASSIGN_OR_RETURN(c.num_heads, r.RequiredInt("num_attention_heads"));
-  LOADER_ASSIGN_OR_RETURN(c.num_kv_heads, r.Int("num_key_value_heads", c.num_heads));
-  LOADER_ASSIGN_OR_RETURN(c.max_position_embeddings, r.RequiredInt("max_position_embeddings"));
-  LOADER_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Double("rms_norm_eps", 1e-6));
-  LOADER_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+  KVSERVE_ASSIGN_OR_RETURN(c.vocab_size, r.RequiredInt("vocab_size"));
+  KVSERVE_ASSIGN_OR_RETURN(c.hidden_size, r.RequiredInt("hidden_size"));
+  KVSERVE_ASSIGN_OR_RETURN(c.intermediate_size, r.RequiredInt("intermediate_size"));
+  KVSERVE_ASSIGN_OR_RETURN(c.num_layers, r.RequiredInt("num_hidden_layers"));
+  KVSERVE_ASSIGN_OR_RETURN(c.num_heads, r.RequiredInt("num_attention_heads"));
+  KVSERVE_ASSIGN_OR_RETURN(c.num_kv_heads, r.Int("num_key_value_heads", c.num_heads));
+  KVSERVE_ASSIGN_OR_RETURN(c.max_position_embeddings, r.RequiredInt("max_position_embeddings"));
+  KVSERVE_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Double("rms_norm_eps", 1e-6));
+  KVSERVE_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
 
   std::optional<int64_t> head_dim;
-  LOADER_ASSIGN_OR_RETURN(head_dim, r.OptionalInt("head_dim"));
+  KVSERVE_ASSIGN_OR_RETURN(head_dim, r.OptionalInt("head_dim"));
   if (head_dim) {
     c.head_dim = *head_dim;
   } else if (c.model_type == "qwen3") {
@@ -154,31 +154,31 @@ absl::Status ParseInto(const Json& json, const std::string& source, ModelConfig&
   c.qkv_bias = c.o_proj_bias = false;
   c.sliding_window = 0;
   if (IsGemma(c)) {
-    LOADER_RETURN_IF_ERROR(config_internal::ParseGemma(r, source, c));  // reads its rope too
+    KVSERVE_RETURN_IF_ERROR(config_internal::ParseGemma(r, source, c));  // reads its rope too
   } else {
-    LOADER_RETURN_IF_ERROR(config_internal::ParseRope(r, source, c));
+    KVSERVE_RETURN_IF_ERROR(config_internal::ParseRope(r, source, c));
   }
   if (c.model_type == "llama") {
     bool attention_bias = false;
-    LOADER_ASSIGN_OR_RETURN(attention_bias, r.Bool("attention_bias", false));
+    KVSERVE_ASSIGN_OR_RETURN(attention_bias, r.Bool("attention_bias", false));
     c.qkv_bias = c.o_proj_bias = attention_bias;
     bool mlp_bias = false;
-    LOADER_ASSIGN_OR_RETURN(mlp_bias, r.Bool("mlp_bias", false));
+    KVSERVE_ASSIGN_OR_RETURN(mlp_bias, r.Bool("mlp_bias", false));
     if (mlp_bias) return r.Error("mlp_bias", "true is not supported");
   } else if (c.model_type == "mistral") {
     std::optional<int64_t> window;
-    LOADER_ASSIGN_OR_RETURN(window, r.OptionalInt("sliding_window"));
+    KVSERVE_ASSIGN_OR_RETURN(window, r.OptionalInt("sliding_window"));
     c.sliding_window = window.value_or(0);
   } else if (c.model_type == "qwen2") {
     c.qkv_bias = true;  // Qwen2Attention: q/k/v always biased, o_proj never
-    LOADER_RETURN_IF_ERROR(config_internal::ParseQwenSlidingWindow(r, source, c));
+    KVSERVE_RETURN_IF_ERROR(config_internal::ParseQwenSlidingWindow(r, source, c));
   } else if (c.model_type == "qwen3") {
-    LOADER_RETURN_IF_ERROR(config_internal::ParseQwen3(r, source, c));
+    KVSERVE_RETURN_IF_ERROR(config_internal::ParseQwen3(r, source, c));
   } else if (c.model_type == "phi3") {
-    LOADER_RETURN_IF_ERROR(config_internal::ParsePhi3(r, source, c));
+    KVSERVE_RETURN_IF_ERROR(config_internal::ParsePhi3(r, source, c));
   }
 
-  LOADER_RETURN_IF_ERROR(ParseTokenIds(r, c));
+  KVSERVE_RETURN_IF_ERROR(ParseTokenIds(r, c));
   if (absl::Status s = c.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
   }
@@ -277,7 +277,7 @@ float ModelConfig::AttentionScale() const {
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& json, std::string_view source) {
   ModelConfig config;
-  if (absl::Status s = ParseInto(json, std::string(source), config); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ParseInto(json, std::string(source), config));
   return config;
 }
 

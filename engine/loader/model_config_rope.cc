@@ -8,8 +8,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/loader/model_config_internal.h"
-#include "engine/loader/status_macros.h"
 
 namespace kvserve::engine::config_internal {
 namespace {
@@ -43,23 +43,23 @@ absl::Status ParseLongRope(const FieldReader& top, const FieldReader& r, ModelCo
   RopeScaling& s = c.rope_scaling;
   s.type = RopeScaling::Type::kLongRope;
   std::optional<int64_t> original;
-  LOADER_ASSIGN_OR_RETURN(original, top.OptionalInt("original_max_position_embeddings"));
+  KVSERVE_ASSIGN_OR_RETURN(original, top.OptionalInt("original_max_position_embeddings"));
   if (!original) {
-    LOADER_ASSIGN_OR_RETURN(original, r.OptionalInt("original_max_position_embeddings"));
+    KVSERVE_ASSIGN_OR_RETURN(original, r.OptionalInt("original_max_position_embeddings"));
   }
   s.original_max_position_embeddings = original.value_or(4096);
   if (s.original_max_position_embeddings <= 0) {
     return top.Error("original_max_position_embeddings", "must be positive");
   }
   const int64_t half = c.RotaryDim() / 2;
-  LOADER_RETURN_IF_ERROR(ReadFactors(r, "short_factor", half, s.short_factor));
-  LOADER_RETURN_IF_ERROR(ReadFactors(r, "long_factor", half, s.long_factor));
+  KVSERVE_RETURN_IF_ERROR(ReadFactors(r, "short_factor", half, s.short_factor));
+  KVSERVE_RETURN_IF_ERROR(ReadFactors(r, "long_factor", half, s.long_factor));
   std::optional<double> factor;
-  LOADER_ASSIGN_OR_RETURN(factor, r.OptionalDouble("factor"));
+  KVSERVE_ASSIGN_OR_RETURN(factor, r.OptionalDouble("factor"));
   s.factor = factor.value_or(static_cast<double>(c.max_position_embeddings) /
                              static_cast<double>(s.original_max_position_embeddings));
   std::optional<double> attention_factor;
-  LOADER_ASSIGN_OR_RETURN(attention_factor, r.OptionalDouble("attention_factor"));
+  KVSERVE_ASSIGN_OR_RETURN(attention_factor, r.OptionalDouble("attention_factor"));
   if (attention_factor) {
     s.attention_factor = *attention_factor;
   } else if (s.factor <= 1.0) {
@@ -79,9 +79,9 @@ absl::Status ParseLongRope(const FieldReader& top, const FieldReader& r, ModelCo
 absl::Status ParseRopeDict(const FieldReader& top, const FieldReader& r, const std::string& source,
                            const std::string& dict_name, bool phi3, ModelConfig& c) {
   std::optional<std::string> type;
-  LOADER_ASSIGN_OR_RETURN(type, r.OptionalString("rope_type"));
+  KVSERVE_ASSIGN_OR_RETURN(type, r.OptionalString("rope_type"));
   if (!type) {
-    LOADER_ASSIGN_OR_RETURN(type, r.OptionalString("type"));
+    KVSERVE_ASSIGN_OR_RETURN(type, r.OptionalString("type"));
   }
   const std::string rope_type = type.value_or("default");
 
@@ -98,18 +98,18 @@ absl::Status ParseRopeDict(const FieldReader& top, const FieldReader& r, const s
   }
   if (rope_type == "linear") {
     s.type = RopeScaling::Type::kLinear;
-    LOADER_ASSIGN_OR_RETURN(s.factor, r.RequiredDouble("factor"));
+    KVSERVE_ASSIGN_OR_RETURN(s.factor, r.RequiredDouble("factor"));
     return absl::OkStatus();
   }
   if (rope_type == "llama3") {
     s.type = RopeScaling::Type::kLlama3;
-    LOADER_ASSIGN_OR_RETURN(s.factor, r.RequiredDouble("factor"));
-    LOADER_ASSIGN_OR_RETURN(s.low_freq_factor, r.RequiredDouble("low_freq_factor"));
-    LOADER_ASSIGN_OR_RETURN(s.high_freq_factor, r.RequiredDouble("high_freq_factor"));
+    KVSERVE_ASSIGN_OR_RETURN(s.factor, r.RequiredDouble("factor"));
+    KVSERVE_ASSIGN_OR_RETURN(s.low_freq_factor, r.RequiredDouble("low_freq_factor"));
+    KVSERVE_ASSIGN_OR_RETURN(s.high_freq_factor, r.RequiredDouble("high_freq_factor"));
     // transformers 5.x: the dict's value, else max_position_embeddings (a
     // top-level original_max_position_embeddings is ignored for these models).
     std::optional<int64_t> original;
-    LOADER_ASSIGN_OR_RETURN(original, r.OptionalInt("original_max_position_embeddings"));
+    KVSERVE_ASSIGN_OR_RETURN(original, r.OptionalInt("original_max_position_embeddings"));
     s.original_max_position_embeddings = original.value_or(c.max_position_embeddings);
     return absl::OkStatus();
   }
@@ -133,11 +133,11 @@ absl::Status ParseRope(const FieldReader& top, const std::string& source, ModelC
     dict_name = name;
     break;
   }
-  LOADER_ASSIGN_OR_RETURN(c.rope_theta, top.Double("rope_theta", 10000.0));
+  KVSERVE_ASSIGN_OR_RETURN(c.rope_theta, top.Double("rope_theta", 10000.0));
   c.rope_scaling = RopeScaling{};
   c.partial_rotary_factor = 1.0;
   if (phi3) {
-    LOADER_ASSIGN_OR_RETURN(c.partial_rotary_factor, top.Double("partial_rotary_factor", 1.0));
+    KVSERVE_ASSIGN_OR_RETURN(c.partial_rotary_factor, top.Double("partial_rotary_factor", 1.0));
   }
   if (dict == nullptr) return absl::OkStatus();
 
@@ -149,9 +149,9 @@ absl::Status ParseRope(const FieldReader& top, const std::string& source, ModelC
                                                      layer_type, "\") is not supported"));
     }
   }
-  LOADER_ASSIGN_OR_RETURN(c.rope_theta, r.Double("rope_theta", c.rope_theta));
-  LOADER_ASSIGN_OR_RETURN(c.partial_rotary_factor,
-                          r.Double("partial_rotary_factor", c.partial_rotary_factor));
+  KVSERVE_ASSIGN_OR_RETURN(c.rope_theta, r.Double("rope_theta", c.rope_theta));
+  KVSERVE_ASSIGN_OR_RETURN(c.partial_rotary_factor,
+                           r.Double("partial_rotary_factor", c.partial_rotary_factor));
   if (c.partial_rotary_factor != 1.0 && !phi3) {
     return r.Error("partial_rotary_factor", "other than 1.0 is not supported");
   }
@@ -187,25 +187,25 @@ absl::Status ParseGemma3Rope(const FieldReader& top, const std::string& source, 
     full.update(*scaling);
   }
   double global_theta = 1e6, local_theta = 1e4;
-  LOADER_ASSIGN_OR_RETURN(global_theta, top.Double("rope_theta", 1e6));
-  LOADER_ASSIGN_OR_RETURN(local_theta, top.Double("rope_local_base_freq", 1e4));
+  KVSERVE_ASSIGN_OR_RETURN(global_theta, top.Double("rope_theta", 1e6));
+  KVSERVE_ASSIGN_OR_RETURN(local_theta, top.Double("rope_local_base_freq", 1e4));
 
   const FieldReader fr(full, source, "rope_parameters.full_attention.");
-  LOADER_ASSIGN_OR_RETURN(c.rope_theta, fr.Double("rope_theta", global_theta));
-  LOADER_RETURN_IF_ERROR(
+  KVSERVE_ASSIGN_OR_RETURN(c.rope_theta, fr.Double("rope_theta", global_theta));
+  KVSERVE_RETURN_IF_ERROR(
       ParseRopeDict(top, fr, source, "rope_parameters.full_attention", false, c));
 
   const FieldReader sr(sliding, source, "rope_parameters.sliding_attention.");
-  LOADER_ASSIGN_OR_RETURN(c.local_rope_theta, sr.Double("rope_theta", local_theta));
+  KVSERVE_ASSIGN_OR_RETURN(c.local_rope_theta, sr.Double("rope_theta", local_theta));
   for (const FieldReader* r : {&fr, &sr}) {
     double partial = 1.0;
-    LOADER_ASSIGN_OR_RETURN(partial, r->Double("partial_rotary_factor", 1.0));
+    KVSERVE_ASSIGN_OR_RETURN(partial, r->Double("partial_rotary_factor", 1.0));
     if (partial != 1.0) return r->Error("partial_rotary_factor", "other than 1.0 is not supported");
   }
   std::optional<std::string> local_type;
-  LOADER_ASSIGN_OR_RETURN(local_type, sr.OptionalString("rope_type"));
+  KVSERVE_ASSIGN_OR_RETURN(local_type, sr.OptionalString("rope_type"));
   if (!local_type) {
-    LOADER_ASSIGN_OR_RETURN(local_type, sr.OptionalString("type"));
+    KVSERVE_ASSIGN_OR_RETURN(local_type, sr.OptionalString("type"));
   }
   if (local_type.value_or("default") != "default") {
     return sr.Error("rope_type", absl::StrCat("\"", *local_type,
@@ -225,9 +225,9 @@ absl::Status ParseGemma3Rope(const FieldReader& top, const std::string& source, 
 absl::Status ParseQwenSlidingWindow(const FieldReader& r, const std::string& source,
                                     ModelConfig& c) {
   bool use_sliding_window = false;
-  LOADER_ASSIGN_OR_RETURN(use_sliding_window, r.Bool("use_sliding_window", false));
+  KVSERVE_ASSIGN_OR_RETURN(use_sliding_window, r.Bool("use_sliding_window", false));
   std::optional<int64_t> window;
-  LOADER_ASSIGN_OR_RETURN(window, r.OptionalInt("sliding_window"));
+  KVSERVE_ASSIGN_OR_RETURN(window, r.OptionalInt("sliding_window"));
   c.sliding_window = 0;
   if (!use_sliding_window || !window) return absl::OkStatus();
 
@@ -242,7 +242,7 @@ absl::Status ParseQwenSlidingWindow(const FieldReader& r, const std::string& sou
     }
   } else {
     int64_t max_window_layers = 28;
-    LOADER_ASSIGN_OR_RETURN(max_window_layers, r.Int("max_window_layers", 28));
+    KVSERVE_ASSIGN_OR_RETURN(max_window_layers, r.Int("max_window_layers", 28));
     sliding_layers = std::max<int64_t>(0, c.num_layers - std::max<int64_t>(0, max_window_layers));
   }
   if (sliding_layers == 0) return absl::OkStatus();

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::engine {
@@ -93,7 +94,7 @@ class HeaderParser {
       if (!t.ok()) return t.status();
       tensors.push_back(*std::move(t));
     }
-    if (absl::Status s = CheckNoOverlap(tensors, ranges); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(CheckNoOverlap(tensors, ranges));
     return tensors;
   }
 

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -24,9 +25,8 @@ class HfBpeTokenizer final : public Tokenizer {
  public:
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(HfBpeSpec spec) {
     std::unique_ptr<HfBpeTokenizer> t(new HfBpeTokenizer());
-    auto model = BpeModel::Create(std::move(spec.vocab), spec.merges, spec.bpe);
-    if (!model.ok()) return model.status();
-    t->model_ = *std::move(model);
+    KVSERVE_ASSIGN_OR_RETURN(t->model_,
+                             BpeModel::Create(std::move(spec.vocab), spec.merges, spec.bpe));
     t->spec_ = std::move(spec);
     t->spec_.vocab.clear();  // moved into model_
     t->spec_.merges.clear();

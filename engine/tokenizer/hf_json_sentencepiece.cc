@@ -1,6 +1,7 @@
 #include "engine/tokenizer/hf_json_sentencepiece.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace kvserve::engine::hf_json {
@@ -113,12 +114,8 @@ absl::Status ParseSentencePiecePreTokenizer(const std::vector<const json*>& step
   }
   if (type == "Metaspace") {
     MetaspaceOptions options;
-    auto replacement = Replacement(step, "pre_tokenizer");
-    if (!replacement.ok()) return replacement.status();
-    options.replacement = *replacement;
-    auto prepend = PrependScheme(step, "pre_tokenizer");
-    if (!prepend.ok()) return prepend.status();
-    options.prepend = *prepend;
+    KVSERVE_ASSIGN_OR_RETURN(options.replacement, Replacement(step, "pre_tokenizer"));
+    KVSERVE_ASSIGN_OR_RETURN(options.prepend, PrependScheme(step, "pre_tokenizer"));
     options.split = BoolOr(step, "split", true);
     spec->metaspace = options;
     return absl::OkStatus();
@@ -131,9 +128,8 @@ absl::Status ParseSentencePiecePreTokenizer(const std::vector<const json*>& step
                                       "\" without ByteLevel (only MergedWithPrevious, "
                                       "invert false)"));
     }
-    auto pattern = LiteralPattern(step.at("pattern"), "pre_tokenizer Split");
-    if (!pattern.ok()) return pattern.status();
-    spec->split_merged_with_previous = *pattern;
+    KVSERVE_ASSIGN_OR_RETURN(spec->split_merged_with_previous,
+                             LiteralPattern(step.at("pattern"), "pre_tokenizer Split"));
     return absl::OkStatus();
   }
   return Unsupported("pre_tokenizer",
@@ -166,15 +162,11 @@ absl::Status ParseSentencePieceDecoder(const json& d, HfDecoderSpec* spec) {
       if (stage != kPerToken) return order_error(type);
       HfDecoderSpec::Step s;
       if (type == "Replace") {
-        auto pattern = LiteralPattern(step.at("pattern"), "decoder Replace");
-        if (!pattern.ok()) return pattern.status();
-        s.pattern = *pattern;
+        KVSERVE_ASSIGN_OR_RETURN(s.pattern, LiteralPattern(step.at("pattern"), "decoder Replace"));
         s.content = step.at("content").get<std::string>();
       } else {
         s.metaspace = true;
-        auto replacement = Replacement(step, "decoder");
-        if (!replacement.ok()) return replacement.status();
-        s.pattern = *replacement;
+        KVSERVE_ASSIGN_OR_RETURN(s.pattern, Replacement(step, "decoder"));
         auto prepend = PrependScheme(step, "decoder");
         if (!prepend.ok()) return prepend.status();
         s.metaspace_drop_first = *prepend != MetaspaceOptions::Prepend::kNever;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace kvserve::engine {
 namespace {
@@ -47,9 +48,7 @@ absl::StatusOr<std::string> Normalize(const std::vector<NormalizerStep>& steps,
     switch (step.kind) {
       case NormalizerStep::Kind::kNfc:
       case NormalizerStep::Kind::kNfkc: {
-        auto n = Unicode(s, step.kind == NormalizerStep::Kind::kNfkc);
-        if (!n.ok()) return n.status();
-        s = *std::move(n);
+        KVSERVE_ASSIGN_OR_RETURN(s, Unicode(s, step.kind == NormalizerStep::Kind::kNfkc));
         break;
       }
       case NormalizerStep::Kind::kPrepend:

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/tokenizer/auto_tokenizer_rules.h"
 #include "engine/tokenizer/hf_bpe_tokenizer.h"
 #include "engine/tokenizer/hf_json_sentencepiece.h"
@@ -239,9 +240,7 @@ absl::Status ParseAddedTokens(const json& added, HfBpeSpec* spec) {
   if (added.is_null()) return absl::OkStatus();
   for (const json& t : added) {
     AddedToken token;
-    auto id = TokenId(t.at("id"));
-    if (!id.ok()) return id.status();
-    token.id = *id;
+    KVSERVE_ASSIGN_OR_RETURN(token.id, TokenId(t.at("id")));
     token.content = t.at("content").get<std::string>();
     token.single_word = BoolOr(t, "single_word", false);
     token.lstrip = BoolOr(t, "lstrip", false);

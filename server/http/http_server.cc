@@ -21,7 +21,8 @@
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "boost/beast/ssl.hpp"
-#include "engine/logging.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
 #include "openssl/ssl.h"
 
 namespace kvserve::server::http {
@@ -141,7 +142,7 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
 
   void OnHandshake(beast::error_code ec) {
     if (ec) {
-      engine::Log().debug("http: TLS handshake failed: {}", ec.message());
+      Log().debug("http: TLS handshake failed: {}", ec.message());
       return Close();
     }
     ReadHeader();
@@ -401,7 +402,7 @@ struct HttpServer::Impl {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
       if (ec) {
         // E.g. out of file descriptors: try again shortly, never spin.
-        engine::Log().warn("http: accept failed: {}", ec.message());
+        Log().warn("http: accept failed: {}", ec.message());
         retry.expires_after(std::chrono::milliseconds(50));
         retry.async_wait([this](beast::error_code wait_ec) {
           if (!wait_ec) Accept();
@@ -425,7 +426,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   impl->shared = Shared{options, &handler, metrics};
   if (options.tls) {
     impl->ssl.emplace(net::ssl::context::tls_server);
-    if (absl::Status s = ConfigureTls(*options.tls, *impl->ssl); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(ConfigureTls(*options.tls, *impl->ssl));
   }
   const std::string where = absl::StrCat(options.host, ":", options.port);
   auto fail = [&](const beast::error_code& ec) {

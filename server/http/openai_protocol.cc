@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "engine/model.h"
 #include "server/request_convert.h"
 
@@ -92,7 +93,7 @@ absl::Status ReadInt(const Json& o, const char* key, int64_t lo, int64_t hi,
   const Json* v = Field(o, key);
   if (v == nullptr) return absl::OkStatus();
   int64_t value = 0;
-  if (absl::Status s = ToInt(*v, key, lo, hi, &value); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ToInt(*v, key, lo, hi, &value));
   *out = static_cast<T>(value);
   return absl::OkStatus();
 }
@@ -120,7 +121,7 @@ absl::StatusOr<std::vector<int32_t>> ToTokenIds(const Json& array, std::string_v
     }
     ids.push_back(static_cast<int32_t>(id));
   }
-  if (absl::Status s = CheckTokenIds(ids, param, model.vocab_size); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(CheckTokenIds(ids, param, model.vocab_size));
   return ids;
 }
 
@@ -171,9 +172,9 @@ absl::Status ParsePrompts(const Json& body, bool add_special_tokens, const Model
     const Json& item = (*p)[i];
     const std::string param = absl::StrCat("prompt[", i, "]");
     if (first.is_string() && item.is_string()) {
-      if (absl::Status s = add_text(item.get<std::string>(), param); !s.ok()) return s;
+      KVSERVE_RETURN_IF_ERROR(add_text(item.get<std::string>(), param));
     } else if (first.is_array() && item.is_array()) {
-      if (absl::Status s = add_ids(item, param); !s.ok()) return s;
+      KVSERVE_RETURN_IF_ERROR(add_ids(item, param));
     } else {
       return WrongType(param, first.is_array() ? "an array of token ids" : "a string", item);
     }
@@ -276,7 +277,7 @@ absl::Status ParseStop(const Json& body, const ModelContext& model, scheduler::S
     } else {
       return WrongType("stop", "a string or an array of strings", *s);
     }
-    if (absl::Status st = CheckStopStrings(stops, model.tokenizer, "stop"); !st.ok()) return st;
+    KVSERVE_RETURN_IF_ERROR(CheckStopStrings(stops, model.tokenizer, "stop"));
     stop->stop_strings = std::move(stops);
   }
   if (const Json* ids = Field(body, "stop_token_ids"); ids != nullptr) {
@@ -289,10 +290,8 @@ absl::Status ParseStop(const Json& body, const ModelContext& model, scheduler::S
     if (!parsed.ok()) return parsed.status();
     stop->stop_token_ids = *std::move(parsed);
   }
-  if (absl::Status s = ReadBool(body, "ignore_eos", &stop->ignore_eos); !s.ok()) return s;
-  if (absl::Status s = ReadBool(body, "skip_special_tokens", &stop->skip_special_tokens); !s.ok()) {
-    return s;
-  }
+  KVSERVE_RETURN_IF_ERROR(ReadBool(body, "ignore_eos", &stop->ignore_eos));
+  KVSERVE_RETURN_IF_ERROR(ReadBool(body, "skip_special_tokens", &stop->skip_special_tokens));
   std::optional<int32_t> min_tokens;
   if (absl::Status s =
           ReadInt(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), &min_tokens);
@@ -312,7 +311,7 @@ absl::Status ParseSampling(const Json& body, const ModelContext& model,
         std::pair{"presence_penalty", &sampling->presence_penalty},
         std::pair{"frequency_penalty", &sampling->frequency_penalty},
         std::pair{"repetition_penalty", &sampling->repetition_penalty}}) {
-    if (absl::Status s = ReadFloat(body, key, field); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(ReadFloat(body, key, field));
   }
   std::optional<int32_t> top_k;
   if (absl::Status s = ReadInt(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
@@ -341,16 +340,14 @@ absl::Status ParseSampling(const Json& body, const ModelContext& model,
 absl::Status ParseLogprobs(Endpoint endpoint, const Json& body, GenerationRequest* out) {
   if (endpoint == Endpoint::kCompletions) {
     std::optional<int32_t> k;
-    if (absl::Status s = ReadInt(body, "logprobs", 0, engine::kMaxLogprobs, &k); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(ReadInt(body, "logprobs", 0, engine::kMaxLogprobs, &k));
     out->logprobs = k.has_value();
     out->top_logprobs = k.value_or(0);
     return absl::OkStatus();
   }
-  if (absl::Status s = ReadBool(body, "logprobs", &out->logprobs); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ReadBool(body, "logprobs", &out->logprobs));
   std::optional<int32_t> k;
-  if (absl::Status s = ReadInt(body, "top_logprobs", 0, engine::kMaxLogprobs, &k); !s.ok()) {
-    return s;
-  }
+  KVSERVE_RETURN_IF_ERROR(ReadInt(body, "top_logprobs", 0, engine::kMaxLogprobs, &k));
   if (k.has_value() && *k > 0 && !out->logprobs) {
     return Invalid("top_logprobs", "requires \"logprobs\": true");
   }
@@ -359,7 +356,7 @@ absl::Status ParseLogprobs(Endpoint endpoint, const Json& body, GenerationReques
 }
 
 absl::Status ParseStreamOptions(const Json& body, GenerationRequest* out) {
-  if (absl::Status s = ReadBool(body, "stream", &out->stream); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ReadBool(body, "stream", &out->stream));
   const Json* options = Field(body, "stream_options");
   if (options == nullptr) return absl::OkStatus();
   if (!options->is_object()) return WrongType("stream_options", "an object", *options);
@@ -423,22 +420,22 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
                                                          const ModelContext& model) {
   GenerationRequest out;
   out.endpoint = endpoint;
-  if (absl::Status s = CheckModel(body, model); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(CheckModel(body, model));
   std::optional<int32_t> n;
-  if (absl::Status s = ReadInt(body, "n", 1, kMaxChoices, &n); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ReadInt(body, "n", 1, kMaxChoices, &n));
   out.n = n.value_or(1);
-  if (absl::Status s = ParseStreamOptions(body, &out); !s.ok()) return s;
-  if (absl::Status s = ParseLogprobs(endpoint, body, &out); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ParseStreamOptions(body, &out));
+  KVSERVE_RETURN_IF_ERROR(ParseLogprobs(endpoint, body, &out));
   out.base.return_logprobs = out.logprobs;
   out.base.sampling.num_logprobs = out.top_logprobs;
 
   // Sampling and stopping before the prompt: cheap checks first.
   const engine::SamplingParams before = out.base.sampling;
   engine::SamplingParams sampling;
-  if (absl::Status s = ParseSampling(body, model, &sampling, &out.seed); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ParseSampling(body, model, &sampling, &out.seed));
   sampling.num_logprobs = before.num_logprobs;
   out.base.sampling = sampling;
-  if (absl::Status s = ParseStop(body, model, &out.base.stop); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ParseStop(body, model, &out.base.stop));
   std::optional<int32_t> max_tokens;
   const char* max_key = "max_tokens";
   if (endpoint == Endpoint::kChat && Field(body, "max_completion_tokens") != nullptr) {
@@ -451,17 +448,17 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
   out.max_tokens_given = max_tokens.has_value();
 
   if (endpoint == Endpoint::kCompletions) {
-    if (absl::Status s = ReadBool(body, "echo", &out.echo); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(ReadBool(body, "echo", &out.echo));
     if (out.echo && out.logprobs) {
       return Invalid("echo",
                      "echo with logprobs is not supported (prompt logprobs are not computed)");
     }
     bool add_special = true;
-    if (absl::Status s = ReadBool(body, "add_special_tokens", &add_special); !s.ok()) return s;
-    if (absl::Status s = ParsePrompts(body, add_special, model, &out); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(ReadBool(body, "add_special_tokens", &add_special));
+    KVSERVE_RETURN_IF_ERROR(ParsePrompts(body, add_special, model, &out));
   } else {
     bool add_special = false;
-    if (absl::Status s = ReadBool(body, "add_special_tokens", &add_special); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(ReadBool(body, "add_special_tokens", &add_special));
     absl::StatusOr<std::vector<int32_t>> ids = RenderMessages(body, model, add_special);
     if (!ids.ok()) return ids.status();
     out.prompts.push_back(*std::move(ids));
@@ -496,23 +493,23 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
 
 absl::StatusOr<std::vector<int32_t>> ParseTokenizeRequest(const Json& body,
                                                           const ModelContext& model) {
-  if (absl::Status s = CheckModel(body, model); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(CheckModel(body, model));
   if (Field(body, "messages") != nullptr) {
     bool add_special = false;
-    if (absl::Status s = ReadBool(body, "add_special_tokens", &add_special); !s.ok()) return s;
+    KVSERVE_RETURN_IF_ERROR(ReadBool(body, "add_special_tokens", &add_special));
     return RenderMessages(body, model, add_special);
   }
   const Json* prompt = Field(body, "prompt");
   if (prompt == nullptr) return Invalid("prompt", "required (or \"messages\")");
   if (!prompt->is_string()) return WrongType("prompt", "a string", *prompt);
   bool add_special = true;
-  if (absl::Status s = ReadBool(body, "add_special_tokens", &add_special); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(ReadBool(body, "add_special_tokens", &add_special));
   return TokenizeText(model.tokenizer, prompt->get<std::string>(), "prompt", add_special);
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(const Json& body,
                                                             const ModelContext& model) {
-  if (absl::Status s = CheckModel(body, model); !s.ok()) return s;
+  KVSERVE_RETURN_IF_ERROR(CheckModel(body, model));
   const Json* tokens = Field(body, "tokens");
   if (tokens == nullptr) return Invalid("tokens", "required");
   if (!tokens->is_array()) return WrongType("tokens", "an array of token ids", *tokens);

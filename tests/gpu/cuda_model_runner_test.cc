@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -97,16 +98,23 @@ int32_t Argmax(std::span<const float> row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+// kFloat32 is auto on CUDA: the serving dtype's cache.
+std::optional<KvCacheDtype> CudaKv(KvCacheDtype kv) {
+  if (kv == KvCacheDtype::kFloat32) return std::nullopt;
+  return kv;
+}
+
 std::unique_ptr<CudaModelRunner> MakeCudaRunner(const std::string& dtype, bool invariant,
                                                 const std::string& model = "builtin:tiny",
                                                 KvCacheDtype kv = KvCacheDtype::kFloat32) {
-  auto r = CudaModelRunner::Create(HostModel(model), CudaRunnerOptions{.block_size = kBlockSize,
-                                                                       .num_blocks = kNumBlocks,
-                                                                       .dtype = dtype,
-                                                                       .kv_cache_dtype = kv,
-                                                                       .batch_invariant = invariant,
-                                                                       .max_num_tokens = 512,
-                                                                       .max_num_seqs = 16});
+  auto r =
+      CudaModelRunner::Create(HostModel(model), CudaRunnerOptions{.block_size = kBlockSize,
+                                                                  .num_blocks = kNumBlocks,
+                                                                  .dtype = *ParseWeightDtype(dtype),
+                                                                  .kv_cache_dtype = CudaKv(kv),
+                                                                  .batch_invariant = invariant,
+                                                                  .max_num_tokens = 512,
+                                                                  .max_num_seqs = 16});
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return nullptr;
   std::vector<int32_t> all(kNumBlocks);

@@ -11,7 +11,6 @@
 //                                  "kv_cache_dtype": "auto" (cpu: engine/kv_cache.h)}
 //   > {"prompt_logits": [[...], ...], "greedy": [ids], "prompt_ids": [ids]}
 #include <algorithm>
-#include <functional>
 #include <iostream>
 
 #include "engine/kv_cache.h"
@@ -74,30 +73,26 @@ int main(int argc, char** argv) {
   const int32_t chunk = request.value("chunk", 1 << 30);
   const int64_t max_tokens = static_cast<int64_t>(tokens.size()) + greedy_tokens;
   const int64_t num_blocks = max_tokens / block_size + 2;
-  std::function<absl::StatusOr<kvserve::engine::StepOutput>(const StepInput&)> run_step;
-  std::unique_ptr<kvserve::engine::ModelRunner> cpu_runner;
-#if KVSERVE_HAVE_CUDA
-  std::unique_ptr<kvserve::engine::CudaModelRunner> cuda_runner;
-#endif
+  std::unique_ptr<kvserve::engine::StepRunner> runner;
   if (backend == "cpu") {
     auto kv_dtype = kvserve::engine::ParseKvCacheDtype(request.value("kv_cache_dtype", "auto"));
     if (!kv_dtype.ok()) return Fail(std::string(kv_dtype.status().message()));
-    cpu_runner = std::make_unique<kvserve::engine::ModelRunner>(
+    runner = std::make_unique<kvserve::engine::ModelRunner>(
         **model,
         kvserve::engine::RunnerOptions{
             .num_blocks = num_blocks, .block_size = block_size, .kv_cache_dtype = *kv_dtype});
-    run_step = [&](const StepInput& in) { return cpu_runner->Step(in); };
   } else if (backend == "cuda") {
 #if KVSERVE_HAVE_CUDA
+    auto dtype = kvserve::engine::ParseWeightDtype(request.value("dtype", "auto"));
+    if (!dtype.ok()) return Fail(std::string(dtype.status().message()));
     auto created = kvserve::engine::CudaModelRunner::Create(
         **model, {.block_size = block_size,
                   .num_blocks = num_blocks,
-                  .dtype = request.value("dtype", "auto"),
+                  .dtype = *dtype,
                   .max_num_tokens = static_cast<int32_t>(std::max<int64_t>(max_tokens, 16)),
                   .max_num_seqs = 1});
     if (!created.ok()) return Fail(std::string(created.status().message()));
-    cuda_runner = std::move(*created);
-    run_step = [&](const StepInput& in) { return cuda_runner->Step(in); };
+    runner = std::move(*created);
 #else
     return Fail("this build has no CUDA backend");
 #endif
@@ -114,7 +109,7 @@ int main(int argc, char** argv) {
   auto step = [&](int32_t count, StepInput::Logits logits) -> bool {
     StepInput in;
     in.AddSequence(std::span(tokens).subspan(computed, count), computed, table, block_size, logits);
-    auto out = run_step(in);
+    auto out = runner->Step(in);
     if (!out.ok()) {
       Fail(std::string(out.status().message()));
       return false;

@@ -8,11 +8,11 @@
 
 namespace {
 
-absl::StatusOr<std::unique_ptr<kvserve::engine::DeviceRunner>> Create(
+absl::StatusOr<std::unique_ptr<kvserve::engine::StepRunner>> Create(
     const kvserve::engine::Model& model, const kvserve::engine::CudaRunnerOptions& options) {
   auto runner = kvserve::engine::CudaModelRunner::Create(model, options);
   if (!runner.ok()) return runner.status();
-  return std::unique_ptr<kvserve::engine::DeviceRunner>(std::move(*runner));
+  return std::unique_ptr<kvserve::engine::StepRunner>(std::move(*runner));
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ std::map<RequestId, Collector::Result> RunRequests(std::unique_ptr<StepRunner> r
 TEST(DeviceSamplingPath, SameOutputsAsHostSampling) {
   const engine::Model& model = engine::testing::TinyModel();
   const engine::RunnerOptions options{.num_blocks = 128, .block_size = 8};
-  const auto host = RunRequests(std::make_unique<ModelStepRunner>(model, options));
+  const auto host = RunRequests(std::make_unique<engine::ModelRunner>(model, options));
   SpecSamplingRunner::rows_sampled_ = 0;
   const auto device = RunRequests(std::make_unique<SpecSamplingRunner>(model, options));
   EXPECT_GT(SpecSamplingRunner::rows_sampled_, 0);

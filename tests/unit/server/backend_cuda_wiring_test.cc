@@ -101,7 +101,7 @@ TEST_F(BackendCudaWiring, RunnerOptionsFollowTheFlags) {
   EXPECT_EQ(call.options.block_size, 32);
   EXPECT_EQ(call.options.num_blocks, 100);
   EXPECT_EQ(call.options.gpu_memory_fraction, 0.5);
-  EXPECT_EQ(call.options.dtype, "bfloat16");
+  EXPECT_EQ(call.options.dtype, engine::WeightDtype::kBfloat16);
   EXPECT_EQ(call.options.kv_cache_dtype, kernels::KvDtype::kInt4);
   EXPECT_TRUE(call.options.batch_invariant);
   EXPECT_EQ(call.options.max_num_tokens, 1024);

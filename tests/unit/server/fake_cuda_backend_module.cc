@@ -16,7 +16,7 @@ namespace {
 
 kvserve::testing::FakeCudaCreateCall last_call;
 
-absl::StatusOr<std::unique_ptr<kvserve::engine::DeviceRunner>> Create(
+absl::StatusOr<std::unique_ptr<kvserve::engine::StepRunner>> Create(
     const kvserve::engine::Model& model, const kvserve::engine::CudaRunnerOptions& options) {
   last_call.called = true;
   last_call.rope_inv_freq = model.rope_inv_freq;

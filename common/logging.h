@@ -1,11 +1,12 @@
-// The engine's logger: spdlog to stderr (stdout belongs to the programs'
-// own output, e.g. generated text or JSON).
+// kvserve's logger: spdlog to stderr (stdout belongs to the programs' own
+// output, e.g. generated text or JSON). One named logger per process, shared
+// by every library.
 #pragma once
 
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
-namespace kvserve::engine {
+namespace kvserve {
 
 inline spdlog::logger& Log() {
   static const std::shared_ptr<spdlog::logger> logger = [] {
@@ -15,4 +16,4 @@ inline spdlog::logger& Log() {
   return *logger;
 }
 
-}  // namespace kvserve::engine
+}  // namespace kvserve

@@ -1,9 +1,9 @@
-#include "scheduler/check.h"
+#include "common/check.h"
 
 #include <cstdio>
 #include <cstdlib>
 
-namespace kvserve::scheduler::internal {
+namespace kvserve::internal {
 
 void CheckFailed(const char* condition, const char* file, int line) {
   std::fprintf(stderr, "%s:%d: KVSERVE_CHECK failed: %s\n", file, line, condition);
@@ -11,4 +11,4 @@ void CheckFailed(const char* condition, const char* file, int line) {
   std::abort();
 }
 
-}  // namespace kvserve::scheduler::internal
+}  // namespace kvserve::internal
