@@ -11,10 +11,10 @@
 #       --build-arg RUNTIME_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04 .
 #
 # VARIANT=cuda needs the CUDA base images above (the build fails early and
-# says so otherwise). kvserve has no CUDA backend yet: the daemon refuses
-# --backend=cuda, and with the default --backend=auto the cuda image serves
-# on the CPU backend. The variant exists so that images, manifests and GPU
-# node scheduling are ready when the backend lands.
+# says so otherwise). It adds the CUDA backend module next to kvserve: with
+# the default --backend=auto the cuda image serves on the GPU when the
+# container sees one, else on the CPU; --backend=cuda insists on the GPU.
+# Backend status (what has run on which GPU): docs/cuda.md, "Backend status".
 #
 # Why the base images are build arguments and not `FROM build-${VARIANT}`
 # stages: Debian 12's buildah/podman (1.28 / 4.3) does not resolve a stage

@@ -74,7 +74,7 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
       .Set(1);
   // The KV pool's shape under the label names vLLM's cache_config_info uses,
   // which the Gateway API Inference Extension's endpoint picker reads
-  // (--cache-info-metric; deploy/k8s/inference-gateway).
+  // (--cache-info-metric; deploy/k8s/overlays/inference-gateway/).
   BuildGauge()
       .Name("kvserve_cache_config_info")
       .Help("The KV cache pool's block size and block count as labels; the value is always 1.")

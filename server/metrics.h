@@ -1,6 +1,6 @@
 // ServerMetrics: the Prometheus metrics of one daemon (prometheus-cpp), named
 // after vLLM's set under a `kvserve_` prefix so that dashboards port easily
-// (docs/metrics.md lists them).
+// (docs/server.md, "Metrics", lists them).
 //
 // Three sources:
 // - gauges (the engine heartbeat included) and scheduler counters (preemptions, prefix-cache

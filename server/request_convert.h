@@ -1,5 +1,5 @@
 // Protobuf <-> native conversion for the v1 API. Protobuf types stop here
-// (docs/architecture.md): below server/ everything is scheduler/engine types.
+// (docs/architecture.md): below server/ everything is scheduler and engine types.
 // The field checks that do not depend on protobuf (UTF-8, token ids, stop
 // strings, tokenization) are shared with the OpenAI HTTP API
 // (server/http/openai_protocol.cc), so both frontends refuse the same input.

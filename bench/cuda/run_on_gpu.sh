@@ -99,7 +99,7 @@ do_bundle() {
   command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] ||
     die "no nvcc here: the bundle needs a CUDA build"
 
-  # The targets: named by the source files, so new tests/benches join by
+  # The targets: named by the source files, so new tests and benchmarks join by
   # themselves. Modules (dlopen'ed; bundled in lib/): the SentencePiece
   # tokenizer and, where the build has it, the daemon's CUDA backend.
   local -a programs=() modules=(kvserve_sentencepiece kvserve_cuda_backend)

@@ -1,8 +1,8 @@
 # Shared helpers of the serving benchmarks (sourced by bench/serving/*.sh).
 #
 # Environment:
-#   KVSERVE_BUILD_DIR    CMake build dir with server/kvserve and
-#                        tools/loadgen/kvserve-loadgen (default: <repo>/build)
+#   KVSERVE_BUILD_DIR    CMake build dir holding the daemon and the load generator
+#                        (its server/ and tools/loadgen/; default: <repo>/build)
 #   KVSERVE_RESULTS_DIR  where results go (default: <repo>/bench/results)
 #   KVSERVE_PYTHON       Python with matplotlib (default: <repo>/.venv/bin/python)
 #

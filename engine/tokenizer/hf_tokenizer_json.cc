@@ -30,7 +30,7 @@ constexpr int64_t kMaxTokenId = int64_t{1} << 24;
 
 absl::StatusOr<int32_t> TokenId(const json& j) {
   // A float must not reach get<int64_t>() (out of range is undefined
-  // behaviour; found by tests/fuzz/tokenizer_json).
+  // behaviour; found by tests/fuzz/tokenizer_json_fuzz.cc).
   if (!j.is_number_integer()) {
     return absl::InvalidArgumentError(absl::StrCat("token id ", j.dump(), " is not an integer"));
   }

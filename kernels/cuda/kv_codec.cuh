@@ -4,7 +4,7 @@
 // is exactly the CPU decoder's (code value times scale, one fp32 product).
 //
 // Exactness rules mirrored from kv_quant.cc (each one is a test in
-// tests/gpu/kv_write_test.cc):
+// tests/gpu/kv_formats_test.cc, KvWriteBytes.*):
 //  * scale s = max|row| / code_max, one correctly rounded fp32 division
 //    (__fdiv_rn: independent of -use_fast_math); NaN if the row holds NaN.
 //  * a code is taken from x / s (again __fdiv_rn); the row is all code 0

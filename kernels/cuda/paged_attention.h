@@ -32,7 +32,7 @@
 // a fixed order), never on the batch, the chunking or the number of CTAs.
 // With batch_invariant = true every token goes through it, so a sequence's
 // output is identical however its prompt was chunked; the cost is that
-// prefill runs without tensor cores (measured in bench/cuda_attention_bench).
+// prefill runs without tensor cores (measured by bench/cuda/e2e_decode_bench.cc).
 #pragma once
 
 #include <optional>

@@ -157,7 +157,9 @@ def test_gpu_overlay():
     c = container(docs)
     assert gpu_count(c) == [1, 1]
     backend = h.flag_values(args_of(c)).get("backend", "auto")
-    # The daemon refuses --backend=cuda until the CUDA backend exists.
+    # auto: the GPU when the pod has one, else the CPU; the rendered args are
+    # also started on this machine (test_rendered_args_start_the_daemon),
+    # where --backend=cuda would exit for want of a GPU.
     assert backend == "auto"
     assert c["image"].endswith(":cuda")
     tol = h.the(docs, "Deployment")["spec"]["template"]["spec"].get("tolerations", [])

@@ -1,8 +1,8 @@
 """Helpers for the Python integration tests of the `kvserve` daemon.
 
 Everything here talks to the real binaries from the CMake build directory
-($KVSERVE_BUILD_DIR): `server/kvserve` (the daemon) and
-`server/kvserve-generate` (the reference generator).
+($KVSERVE_BUILD_DIR): `$KVSERVE_BUILD_DIR/server/kvserve` (the daemon) and
+`$KVSERVE_BUILD_DIR/server/kvserve-generate` (the reference generator).
 
 conftest.py generates the Python gRPC stubs from proto/kvserve/v1/kvserve.proto
 (`generate_stubs`) before the test modules are imported, so a test module can

@@ -152,7 +152,7 @@ TEST_F(StopCheckerTest, NoTokenizerNoText) {
 
 // A cut UTF-8 character is flushed as U+FFFD when the request finishes; a
 // stop string that this flushed text completes still stops it (found by
-// tests/fuzz/stop_checker: the text used to be emitted with the stop string).
+// tests/fuzz/stop_checker_fuzz.cc: the text used to be emitted with the stop string).
 TEST_F(StopCheckerTest, StopStringCompletedByTheFinalFlushAtLength) {
   StopChecker c({.max_tokens = 2, .stop_strings = {"a\xEF\xBF\xBD"}}, eos_, tok_.get());
   auto steps = Run(c, {'a', 0xC2});  // 0xC2 opens a 2-byte character
