@@ -19,8 +19,8 @@ namespace {
 using internal::HeadPass;
 using internal::kMaxHeadsPerPass;
 constexpr int kTile = kAttentionKeyTile;
-// Keys a decode pass attends from which its AVX2 row step spreads the next
-// tile's prefetches over its own work (AttendHeads).
+// Keys a decode pass attends from which a step that can (AttentionPath::
+// spreads_prefetch) spreads the next tile's prefetches over its own work.
 constexpr int kSpreadPrefetchMinKeys = 2048;
 
 // One key tile for every head of the pass, head after head, with an ISA's
@@ -323,6 +323,204 @@ void NormalizeHead(float l, int dim, float* out) {
   for (int d = 0; d < dim; ++d) out[d] *= inv;
 }
 
+// ---- The path a pass takes: how it reads a key tile's rows, and the step
+// that attends them. Chosen once per PagedAttention call from the format,
+// the head dim and the ISA (ChoosePaths); no arithmetic depends on it beyond
+// the step's own fixed order. ----
+
+// How a tile's rows reach the step.
+enum class RowGather {
+  kFloatRows,       // the fp32 cache's rows themselves
+  kDecodedRows,     // decoded into this thread's fp32 scratch tile (Ops::DecodeRows)
+  kRows16,          // bf16 / fp16 rows read in place
+  kRowsWithScales,  // rows of any format read in place as bytes, with their scales
+};
+
+// The step that attends one tile for every head of the pass.
+enum class TileStep {
+  kOpsTile,        // Ops::Tile over fp32 rows (kFloatRows, kDecodedRows)
+  kRows16Avx512,   // internal::AttendTile16Avx512
+  kFp8Avx512,      // internal::AttendTileFp8Avx512
+  kFp8Bf16Avx512,  // internal::AttendTileFp8Bf16Avx512 (AVX512-BF16 dot products)
+  kRowsAvx2,       // internal::AttendRowTileAvx2, every format
+  kCodesAvx2,      // internal::AttendCodeTileAvx2: integer codes (attention.h)
+  kCodesVnni,      // internal::AttendCodeTileAvx512Vnni: integer codes on VNNI
+};
+
+struct AttentionPath {
+  RowGather gather = RowGather::kFloatRows;
+  TileStep step = TileStep::kOpsTile;
+  // Whether the step can take the next tile's cache lines to ask for while it
+  // runs (internal::LinePrefetcher); used on decode passes over long
+  // contexts, whose rows come from memory.
+  bool spreads_prefetch = false;
+  // The integer-code steps keep each head's out in their own order
+  // (dimension order restored after each partition).
+  bool code_value_order = false;
+};
+
+// A call's two paths: the integer-code one where the format has one, taken
+// by a pass whose query quantizes (PrepareCodeQuery: its q is finite), and
+// the plain one otherwise.
+struct AttentionPaths {
+  bool has_codes = false;
+  AttentionPath codes;
+  AttentionPath plain;
+};
+
+template <class Ops>
+AttentionPath PlainPath(KvDtype dtype, int dim) {
+  const bool is16 = dtype == KvDtype::kBfloat16 || dtype == KvDtype::kFloat16;
+  if (Ops::kRowsInPlace && internal::Avx2RowTileSupports(dim)) {
+    return {.gather = RowGather::kRowsWithScales,
+            .step = TileStep::kRowsAvx2,
+            .spreads_prefetch = true};
+  }
+  if (Ops::kRows16InPlace && is16) {
+    return {.gather = RowGather::kRows16,
+            .step = TileStep::kRows16Avx512,
+            .spreads_prefetch = Ops::kTileAsksForLines};
+  }
+  if (Ops::kFp8RowsInPlace && dtype == KvDtype::kFp8E4m3) {
+    return {.gather = RowGather::kRowsWithScales,
+            .step = UsesBf16DotFp8Attention(dtype, dim) ? TileStep::kFp8Bf16Avx512
+                                                        : TileStep::kFp8Avx512,
+            .spreads_prefetch = Ops::kTileAsksForLines};
+  }
+  return {.gather = dtype == KvDtype::kFloat32 ? RowGather::kFloatRows : RowGather::kDecodedRows,
+          .step = TileStep::kOpsTile,
+          .spreads_prefetch = Ops::kTileAsksForLines};
+}
+
+template <class Ops>
+AttentionPaths ChoosePaths(KvDtype dtype, int dim) {
+  return {
+      .has_codes = Ops::kIntegerCodes && UsesIntegerCodeAttention(dtype, dim),
+      .codes = {.gather = RowGather::kRowsWithScales,
+                .step = internal::UsesVnniCodeTile() ? TileStep::kCodesVnni : TileStep::kCodesAvx2,
+                .spreads_prefetch = true,
+                .code_value_order = true},
+      .plain = PlainPath<Ops>(dtype, dim)};
+}
+
+// One tile's rows, in the arrays the path's gather fills.
+struct TileRows {
+  const float* keys[kTile];  // kFloatRows, kDecodedRows
+  const float* vals[kTile];
+  const uint8_t* k_rows[kTile];  // kRowsWithScales
+  const uint8_t* v_rows[kTile];
+  float k_scales[kTile], v_scales[kTile];
+  const uint16_t* k16[kTile];  // kRows16
+  const uint16_t* v16[kTile];
+};
+
+// Fills keys i .. i + run - 1 of the tile from `run` consecutive cache rows
+// starting at `row`. `scratch`: 2 * kTile * dim floats (kDecodedRows).
+template <class Ops>
+void GatherRun(const PagedAttentionParams& p, RowGather gather, int i, int64_t row, int run,
+               float* scratch, TileRows& t) {
+  const int dim = p.head_dim;
+  const int64_t row_bytes = KvRowBytes(p.kv_dtype, dim);
+  const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
+  const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
+  switch (gather) {
+    case RowGather::kRowsWithScales: {
+      const uint8_t* k_row = k_bytes + row * row_bytes;
+      const uint8_t* v_row = v_bytes + row * row_bytes;
+      for (int r = 0; r < run; ++r, k_row += row_bytes, v_row += row_bytes) {
+        t.k_rows[i + r] = k_row;
+        t.v_rows[i + r] = v_row;
+      }
+      if (p.k_scales != nullptr) {
+        std::copy_n(p.k_scales + row, run, t.k_scales + i);
+        std::copy_n(p.v_scales + row, run, t.v_scales + i);
+      } else {
+        std::fill_n(t.k_scales + i, run, 1.0f);
+        std::fill_n(t.v_scales + i, run, 1.0f);
+      }
+      return;
+    }
+    case RowGather::kRows16:
+      for (int r = 0; r < run; ++r) {
+        t.k16[i + r] = reinterpret_cast<const uint16_t*>(k_bytes + (row + r) * row_bytes);
+        t.v16[i + r] = reinterpret_cast<const uint16_t*>(v_bytes + (row + r) * row_bytes);
+      }
+      return;
+    case RowGather::kDecodedRows: {
+      float* kd = scratch + static_cast<int64_t>(i) * dim;
+      float* vd = scratch + static_cast<int64_t>(kTile + i) * dim;
+      const float* ks = p.k_scales != nullptr ? p.k_scales + row : nullptr;
+      const float* vs = p.v_scales != nullptr ? p.v_scales + row : nullptr;
+      Ops::DecodeRows(p.kv_dtype, k_bytes + row * row_bytes, ks, run, dim, kd);
+      Ops::DecodeRows(p.kv_dtype, v_bytes + row * row_bytes, vs, run, dim, vd);
+      for (int r = 0; r < run; ++r) {
+        t.keys[i + r] = kd + static_cast<int64_t>(r) * dim;
+        t.vals[i + r] = vd + static_cast<int64_t>(r) * dim;
+      }
+      return;
+    }
+    case RowGather::kFloatRows:
+      for (int r = 0; r < run; ++r) {
+        t.keys[i + r] = p.k_cache + (row + r) * dim;
+        t.vals[i + r] = p.v_cache + (row + r) * dim;
+      }
+      return;
+  }
+}
+
+// Asks for the next tile's rows (all attended), which sit in scattered blocks
+// that the hardware prefetcher does not follow, a block's run of rows (and of
+// scales) at a time, into L2 (prefetcht2: a whole tile asked into L1 at once
+// stalls on the miss buffers).
+void PrefetchRuns(const PagedAttentionParams& p, KeyCursor ahead, int n) {
+  const int64_t row_bytes = KvRowBytes(p.kv_dtype, p.head_dim);
+  const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
+  const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
+  ahead.ForEachRun(n, [&](int, int64_t row, int run) {
+    for (int64_t b = row * row_bytes / 64 * 64; b < (row + run) * row_bytes; b += 64) {
+      __builtin_prefetch(k_bytes + b, 0, 1);
+      __builtin_prefetch(v_bytes + b, 0, 1);
+    }
+    if (p.k_scales != nullptr) {
+      for (int64_t r = row / 16 * 16; r < row + run; r += 16) {
+        __builtin_prefetch(p.k_scales + r, 0, 1);
+        __builtin_prefetch(p.v_scales + r, 0, 1);
+      }
+    }
+  });
+}
+
+// Attends one tile of n keys for every head of the pass with the path's
+// step. `next_lines` holds the next tile's lines when `spread` (else it is
+// empty; the steps that take a pointer get none).
+template <class Ops>
+void AttendTile(const PagedAttentionParams& p, TileStep step, HeadPass& pass,
+                const internal::CodeQuery& code_query, TileRows& t, int n,
+                internal::LinePrefetcher& next_lines, bool spread) {
+  internal::LinePrefetcher* lines = spread ? &next_lines : nullptr;
+  switch (step) {
+    case TileStep::kCodesVnni:
+      return internal::AttendCodeTileAvx512Vnni(p, pass, code_query, t.k_rows, t.k_scales, t.v_rows,
+                                                t.v_scales, n, lines);
+    case TileStep::kCodesAvx2:
+      return internal::AttendCodeTileAvx2(p, pass, code_query, t.k_rows, t.k_scales, t.v_rows,
+                                          t.v_scales, next_lines);
+    case TileStep::kRowsAvx2:
+      return internal::AttendRowTileAvx2(p, pass, t.k_rows, t.k_scales, t.v_rows, t.v_scales, n,
+                                         next_lines);
+    case TileStep::kRows16Avx512:
+      return internal::AttendTile16Avx512(p, pass, t.k16, t.v16, n, lines);
+    case TileStep::kFp8Bf16Avx512:
+      return internal::AttendTileFp8Bf16Avx512(p, pass, t.k_rows, t.k_scales, t.v_rows, t.v_scales,
+                                               n, lines);
+    case TileStep::kFp8Avx512:
+      return internal::AttendTileFp8Avx512(p, pass, t.k_rows, t.k_scales, t.v_rows, t.v_scales, n,
+                                           lines);
+    case TileStep::kOpsTile:
+      return Ops::Tile(p, pass, t.keys, t.vals, n, lines);
+  }
+}
+
 // Query heads [head, head + count) of each of tokens t .. t + tokens - 1
 // (one sequence, consecutive positions, no sliding window when more than
 // one), all of kv head `kv_head`: one pass, pass head g = token (g / count),
@@ -345,13 +543,13 @@ void NormalizeHead(float l, int dim, float* out) {
 // p.out. Else only partition `partition`, its unnormalised (m, l, out) per
 // pass head stored in *sink for AttendPartitioned to fold.
 template <class Ops>
-void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, int head, int count,
-                 const PartitionSink* sink = nullptr, int partition = 0) {
+void AttendHeads(const PagedAttentionParams& p, const AttentionPaths& paths, int t, int tokens,
+                 int kv_head, int head, int count, const PartitionSink* sink = nullptr,
+                 int partition = 0) {
   const int dim = p.head_dim;
   const int bs = p.block_size;
   const int pos = p.token_pos[t + tokens - 1];
-  const int first_pos = p.token_pos[t];
-  const int lo = FirstKey(p, first_pos);
+  const int lo = FirstKey(p, p.token_pos[t]);
   const int32_t* blocks = p.block_ids + p.block_table_start[p.token_seq[t]];
   // The keys this call attends: [begin, end).
   const int begin = sink != nullptr ? std::max(lo, partition * kPartition) : lo;
@@ -377,43 +575,21 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     result_l[g] = 0.0f;
   }
 
-  KeyCursor cursor{p, blocks, kv_head, begin / bs, begin % bs};
-
-  const float* keys[kTile];
-  const float* vals[kTile];
-  // Integer codes (attention.h): rows read as codes, with their scales.
   internal::CodeQuery code_query;
-  const bool codes = Ops::kIntegerCodes && UsesIntegerCodeAttention(p.kv_dtype, dim) &&
-                     internal::PrepareCodeQuery(p, pass, &code_query);
-  const bool vnni = codes && internal::UsesVnniCodeTile();
-  // AVX2: rows of every format read in place, converted in registers.
-  const bool rows_avx2 = Ops::kRowsInPlace && internal::Avx2RowTileSupports(dim);
-  const uint8_t* k_rows[kTile];
-  const uint8_t* v_rows[kTile];
-  float k_scales[kTile], v_scales[kTile];
-  // bf16 / fp16 on AVX-512: rows read in place, widened in registers.
-  const bool rows16 =
-      Ops::kRows16InPlace && (p.kv_dtype == KvDtype::kBfloat16 || p.kv_dtype == KvDtype::kFloat16);
-  const uint16_t* k16[kTile];
-  const uint16_t* v16[kTile];
-  // fp8 on AVX-512: rows read in place, with their scales (k_rows, v_rows).
-  const bool rows8 = Ops::kFp8RowsInPlace && p.kv_dtype == KvDtype::kFp8E4m3;
-  const bool rows8_bf16 = rows8 && UsesBf16DotFp8Attention(p.kv_dtype, dim);
-  const bool rows_with_scales = codes || rows_avx2 || rows8;
-  // Other packed formats: rows decoded into this thread's scratch tile.
-  const bool packed = p.kv_dtype != KvDtype::kFloat32 && !rows_with_scales && !rows16;
-  const int64_t row_bytes = KvRowBytes(p.kv_dtype, dim);
-  const auto* k_bytes = reinterpret_cast<const uint8_t*>(p.k_cache);
-  const auto* v_bytes = reinterpret_cast<const uint8_t*>(p.v_cache);
+  const AttentionPath& path = paths.has_codes && internal::PrepareCodeQuery(p, pass, &code_query)
+                                  ? paths.codes
+                                  : paths.plain;
   float* scratch =
-      packed ? internal::ThreadScratch(internal::ScratchUse::kDecodedRows, 2 * kTile * dim)
-             : nullptr;
-  // The next tile's lines, for the AVX2 row and code steps and every
-  // AVX-512 step to ask for (below): on decode passes over long contexts,
-  // whose rows come from memory.
-  const bool spread_prefetch = (rows_avx2 || codes || Ops::kTileAsksForLines) && tokens == 1 &&
-                               pos + 1 - lo >= kSpreadPrefetchMinKeys;
+      path.gather == RowGather::kDecodedRows
+          ? internal::ThreadScratch(internal::ScratchUse::kDecodedRows, 2 * kTile * dim)
+          : nullptr;
+  // Prefill chunks and short contexts ask for whole tiles: their rows sit in
+  // cache, and listing the lines cost them more than it saved.
+  const bool spread =
+      path.spreads_prefetch && tokens == 1 && pos + 1 - lo >= kSpreadPrefetchMinKeys;
   internal::LinePrefetcher next_lines;
+  TileRows rows;
+  KeyCursor cursor{p, blocks, kv_head, begin / bs, begin % bs};
   int partition_first_key = begin;
   bool folded[kMaxHeadsPerPass] = {};  // head g's result holds a partition
   for (int tile = begin / kTile * kTile; tile < end; tile += kTile) {
@@ -429,119 +605,29 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
     const int n = std::min(end, tile + kTile) - j0;
     for (int g = 0; g < pass.count; ++g) pass.n[g] = std::min(key_end[g], tile + kTile) - j0;
     cursor.ForEachRun(n, [&](int i, int64_t row, int run) {
-      if (rows_with_scales) {
-        const uint8_t* k_row = k_bytes + row * row_bytes;
-        const uint8_t* v_row = v_bytes + row * row_bytes;
-        for (int r = 0; r < run; ++r, k_row += row_bytes, v_row += row_bytes) {
-          k_rows[i + r] = k_row;
-          v_rows[i + r] = v_row;
-        }
-        if (p.k_scales != nullptr) {
-          std::copy_n(p.k_scales + row, run, k_scales + i);
-          std::copy_n(p.v_scales + row, run, v_scales + i);
-        } else {
-          std::fill_n(k_scales + i, run, 1.0f);
-          std::fill_n(v_scales + i, run, 1.0f);
-        }
-      } else if (rows16) {
-        for (int r = 0; r < run; ++r) {
-          k16[i + r] = reinterpret_cast<const uint16_t*>(k_bytes + (row + r) * row_bytes);
-          v16[i + r] = reinterpret_cast<const uint16_t*>(v_bytes + (row + r) * row_bytes);
-        }
-      } else if (packed) {
-        float* kd = scratch + static_cast<int64_t>(i) * dim;
-        float* vd = scratch + static_cast<int64_t>(kTile + i) * dim;
-        const float* ks = p.k_scales != nullptr ? p.k_scales + row : nullptr;
-        const float* vs = p.v_scales != nullptr ? p.v_scales + row : nullptr;
-        Ops::DecodeRows(p.kv_dtype, k_bytes + row * row_bytes, ks, run, dim, kd);
-        Ops::DecodeRows(p.kv_dtype, v_bytes + row * row_bytes, vs, run, dim, vd);
-        for (int r = 0; r < run; ++r) {
-          keys[i + r] = kd + static_cast<int64_t>(r) * dim;
-          vals[i + r] = vd + static_cast<int64_t>(r) * dim;
-        }
-      } else {
-        for (int r = 0; r < run; ++r) {
-          keys[i + r] = p.k_cache + (row + r) * dim;
-          vals[i + r] = p.v_cache + (row + r) * dim;
-        }
-      }
+      GatherRun<Ops>(p, path.gather, i, row, run, scratch, rows);
     });
-    // The next tile's rows (all attended) sit in scattered blocks that the
-    // hardware prefetcher does not follow; ask for them while this tile runs,
-    // a block's run of rows (and of scales) at a time. Into L2
-    // (prefetcht2): a whole tile asked into L1 at once stalls on the miss
-    // buffers; on kv_cache_bench fp32 this took 5.3 ms to 4.2. (Two or
-    // three tiles ahead measured the same as one.) Measured again on
-    // 2026-11-26 (huge-page KV, this VM): with and without it the same,
-    // fp32 5.3-5.7 ms, int8 2.1-2.3; kept, as it cost nothing either time.
-    //
-    // On decode passes over long contexts, the AVX2 row step asks for the
-    // lines itself, spread over the scoring of all its heads
-    // (internal::LinePrefetcher). On the AVX2 EPYC (kv_cache_bench, 8 x
-    // 8,192 tokens) that took bf16 from 4.7 to 3.4 ms, int8 from 3.2 to 2.6
-    // and fp32 from 5.4 to 5.2-5.3. Prefill chunks and short contexts keep
-    // the whole-tile asks: their rows sit in cache, and listing the lines
-    // cost them 5-15% (kSpreadPrefetchMinKeys). On the AVX-512 Zen 4 VM
-    // (2026-11-27, kv_cache_bench, 3 alternating pairs) spreading them in
-    // the AVX-512 steps took fp32 from 5.5 to 2.3-2.9 ms, bf16 and fp16 from
-    // 3.2-3.8 to 1.9, fp8 from 3.2-3.7 to 2.7-3.3 and int8 from 1.5-2.2 to
-    // 1.4-1.8. The VNNI 4-bit step then went from 1.1-1.4 to 1.3-1.7 and
-    // kept the whole-tile asks, but that bench's 4-bit caches (14 MB) stay
-    // in the VM's 32 MiB L3 between calls. With the caches evicted before
-    // each call (its "cold ms", 2026-11-28; medians of six rounds) the
-    // whole-tile asks took int4 2.08 ms and spreading 1.18, fp4 1.78 and
-    // 1.41. Warm at 24 / 8 heads (38 MB of int4) spreading won too, int4
-    // 5.9-7.5 ms against 2.9-4.5.
-    KeyCursor ahead = cursor;
     const int next_n = std::max(0, std::min(end, tile + 2 * kTile) - (tile + kTile));
-    if (spread_prefetch) {
-      ListNextTileLines(p, ahead, next_n, &next_lines);
+    if (spread) {
+      ListNextTileLines(p, cursor, next_n, &next_lines);
     } else {
-      ahead.ForEachRun(next_n, [&](int, int64_t row, int run) {
-        for (int64_t b = row * row_bytes / 64 * 64; b < (row + run) * row_bytes; b += 64) {
-          __builtin_prefetch(k_bytes + b, 0, 1);
-          __builtin_prefetch(v_bytes + b, 0, 1);
-        }
-        if (p.k_scales != nullptr) {
-          for (int64_t r = row / 16 * 16; r < row + run; r += 16) {
-            __builtin_prefetch(p.k_scales + r, 0, 1);
-            __builtin_prefetch(p.v_scales + r, 0, 1);
-          }
-        }
-      });
+      PrefetchRuns(p, cursor, next_n);
     }
-    if (rows_with_scales) {
-      std::fill(k_scales + n, k_scales + kTile, 1.0f);  // finite, for the masked lanes
-      std::fill(v_scales + n, v_scales + kTile, 1.0f);
+    if (path.gather == RowGather::kRowsWithScales) {
+      std::fill(rows.k_scales + n, rows.k_scales + kTile, 1.0f);  // finite, for masked lanes
+      std::fill(rows.v_scales + n, rows.v_scales + kTile, 1.0f);
     }
-    if (codes && vnni) {
-      internal::AttendCodeTileAvx512Vnni(p, pass, code_query, k_rows, k_scales, v_rows, v_scales, n,
-                                         spread_prefetch ? &next_lines : nullptr);
-    } else if (codes) {
-      internal::AttendCodeTileAvx2(p, pass, code_query, k_rows, k_scales, v_rows, v_scales,
-                                   next_lines);
-    } else if (rows_avx2) {
-      internal::AttendRowTileAvx2(p, pass, k_rows, k_scales, v_rows, v_scales, n, next_lines);
-    } else if (rows16) {
-      internal::AttendTile16Avx512(p, pass, k16, v16, n, spread_prefetch ? &next_lines : nullptr);
-    } else if (rows8_bf16) {
-      internal::AttendTileFp8Bf16Avx512(p, pass, k_rows, k_scales, v_rows, v_scales, n,
-                                        spread_prefetch ? &next_lines : nullptr);
-    } else if (rows8) {
-      internal::AttendTileFp8Avx512(p, pass, k_rows, k_scales, v_rows, v_scales, n,
-                                    spread_prefetch ? &next_lines : nullptr);
-    } else {
-      Ops::Tile(p, pass, keys, vals, n, spread_prefetch ? &next_lines : nullptr);
-    }
+    AttendTile<Ops>(p, path.step, pass, code_query, rows, n, next_lines, spread);
     if (tile + kTile >= end || (tile + kTile) % kPartition == 0) {  // the partition ends
       for (int g = 0; g < pass.count; ++g) {
         if (key_end[g] <= partition_first_key) continue;  // no key of it is head g's
-        // The integer-code steps keep out in their own order: dimension
-        // order first (a permutation: the fold is the same either way).
-        if (codes && vnni) {
-          internal::RestoreCodeValueOrder(p.kv_dtype, dim, pass.out[g]);
-        } else if (codes) {
-          internal::RestoreCodeValueOrderAvx2(dim, pass.out[g]);
+        // Dimension order first (a permutation: the fold is the same either way).
+        if (path.code_value_order) {
+          if (path.step == TileStep::kCodesVnni) {
+            internal::RestoreCodeValueOrder(p.kv_dtype, dim, pass.out[g]);
+          } else {
+            internal::RestoreCodeValueOrderAvx2(dim, pass.out[g]);
+          }
         }
         FoldPartition(!folded[g], pass.m[g], pass.l[g], pass.out[g], dim, &result_m[g],
                       &result_l[g], result_out[g]);
@@ -560,7 +646,8 @@ void AttendHeads(const PagedAttentionParams& p, int t, int tokens, int kv_head, 
 }
 
 template <class Ops>
-void AttendItems(const PagedAttentionParams& p, int64_t begin, int64_t end) {
+void AttendItems(const PagedAttentionParams& p, const AttentionPaths& paths, int64_t begin,
+                 int64_t end) {
   const int heads = p.num_heads;
   const int group = heads / p.num_kv_heads;
   for (int64_t i = begin; i < end;) {
@@ -580,7 +667,7 @@ void AttendItems(const PagedAttentionParams& p, int64_t begin, int64_t end) {
     }
     if (tokens > 1) {
       for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
-        AttendHeads<Ops>(p, t, tokens, kv_head, kv_head * group, group);
+        AttendHeads<Ops>(p, paths, t, tokens, kv_head, kv_head * group, group);
       }
       i += int64_t{tokens} * heads;
       continue;
@@ -588,7 +675,7 @@ void AttendItems(const PagedAttentionParams& p, int64_t begin, int64_t end) {
     const int kv_head = head / group;
     const int64_t count =
         std::min<int64_t>({(kv_head + 1) * group - head, end - i, kMaxHeadsPerPass});
-    AttendHeads<Ops>(p, t, 1, kv_head, head, static_cast<int>(count));
+    AttendHeads<Ops>(p, paths, t, 1, kv_head, head, static_cast<int>(count));
     i += count;
   }
 }
@@ -601,7 +688,8 @@ void AttendItems(const PagedAttentionParams& p, int64_t begin, int64_t end) {
 // order and normalised: the operations of the whole pass, so the split
 // changes no bit.
 template <class Ops>
-void AttendPartitioned(const PagedAttentionParams& p, ThreadPool& pool) {
+void AttendPartitioned(const PagedAttentionParams& p, const AttentionPaths& paths,
+                       ThreadPool& pool) {
   const int group = p.num_heads / p.num_kv_heads;
   const int dim = p.head_dim;
   // A pass: query heads [head, head + count) of one token, all of one kv
@@ -641,7 +729,7 @@ void AttendPartitioned(const PagedAttentionParams& p, ThreadPool& pool) {
     for (int64_t u = b; u < e; ++u) {
       const Pass& pass = passes[units[u].pass];
       const PartitionSink sink = sink_of(u);
-      AttendHeads<Ops>(p, pass.token, 1, pass.kv_head, pass.head, pass.count, &sink,
+      AttendHeads<Ops>(p, paths, pass.token, 1, pass.kv_head, pass.head, pass.count, &sink,
                        units[u].partition);
     }
   });
@@ -825,41 +913,43 @@ bool PrepareCodeQuery(const PagedAttentionParams& p, const HeadPass& pass, CodeQ
 
 }  // namespace internal
 
-void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool) {
-  const CpuIsa isa = ActiveIsa();
-  const int64_t items = static_cast<int64_t>(p.num_tokens) * p.num_heads;
-  if (items <= 0) return;
-  auto body = [&](int64_t b, int64_t e) {
-    if (isa >= CpuIsa::kAvx512 && internal::Avx512AttentionSupports(p.head_dim)) {
-      AttendItems<Avx512Ops>(p, b, e);
-    } else if (isa >= CpuIsa::kAvx2) {
-      AttendItems<Avx2Ops>(p, b, e);
-    } else {
-      AttendItems<ScalarOps>(p, b, e);
-    }
-  };
+namespace {
+
+// One call on one ISA's Ops, its paths chosen once.
+template <class Ops>
+void RunPagedAttention(const PagedAttentionParams& p, int64_t items, ThreadPool* pool) {
+  const AttentionPaths paths = ChoosePaths<Ops>(p.kv_dtype, p.head_dim);
   if (pool == nullptr) {
-    body(0, items);
+    AttendItems<Ops>(p, paths, 0, items);
     return;
   }
   if (SplitsPartitions(p, pool->num_threads())) {
-    if (isa >= CpuIsa::kAvx512 && internal::Avx512AttentionSupports(p.head_dim)) {
-      AttendPartitioned<Avx512Ops>(p, *pool);
-    } else if (isa >= CpuIsa::kAvx2) {
-      AttendPartitioned<Avx2Ops>(p, *pool);
-    } else {
-      AttendPartitioned<ScalarOps>(p, *pool);
-    }
+    AttendPartitioned<Ops>(p, paths, *pool);
     return;
   }
   // Threads take whole GQA groups (the query heads of one kv head of one
-  // token), so that a pass reads its kv head's rows once for all of them.
-  // Split by single heads, a batch-1 decode of 9 / 3 heads went out as 8
-  // chunks, most of one head, and read each kv head's rows 2-3 times. A
-  // head's result does not depend on its pass (above), so the split changes
-  // no bit.
+  // token), so that a pass reads its kv head's rows once for all of them. A
+  // head's result does not depend on its pass (AttendHeads), so the split
+  // changes no bit.
   const int64_t group = p.num_heads / p.num_kv_heads;
-  pool->ParallelFor(items / group, 1, [&](int64_t b, int64_t e) { body(b * group, e * group); });
+  pool->ParallelFor(items / group, 1, [&](int64_t b, int64_t e) {
+    AttendItems<Ops>(p, paths, b * group, e * group);
+  });
+}
+
+}  // namespace
+
+void PagedAttention(const PagedAttentionParams& p, ThreadPool* pool) {
+  const int64_t items = static_cast<int64_t>(p.num_tokens) * p.num_heads;
+  if (items <= 0) return;
+  const CpuIsa isa = ActiveIsa();
+  if (isa >= CpuIsa::kAvx512 && internal::Avx512AttentionSupports(p.head_dim)) {
+    RunPagedAttention<Avx512Ops>(p, items, pool);
+  } else if (isa >= CpuIsa::kAvx2) {
+    RunPagedAttention<Avx2Ops>(p, items, pool);
+  } else {
+    RunPagedAttention<ScalarOps>(p, items, pool);
+  }
 }
 
 void WriteKvCache(const WriteKvParams& p) {

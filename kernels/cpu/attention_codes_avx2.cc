@@ -22,8 +22,8 @@
 // cost a mask and a shuffle. For int8 rows the fp32 step's two (vpmovsxbd,
 // vcvtdq2ps) were already cheap, and without VNNI an integer dot product
 // needs as many instructions per value as fp32 FMAs: this step, with int8
-// rows (q as one int16 digit, vpmaddwd), measured 10% slower than the fp32
-// step on an AVX2 EPYC (kv_cache_bench, 2026-11-27), so int8 stays there.
+// rows (q as one int16 digit, vpmaddwd), measured slower than the fp32 step
+// on an AVX2 CPU (kv_cache_bench), so int8 stays there.
 #include <immintrin.h>
 
 #include <algorithm>
