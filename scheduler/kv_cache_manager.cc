@@ -49,6 +49,12 @@ bool KvCacheManager::Grow(RequestBlocks& r, int32_t num_tokens) {
   return true;
 }
 
+int32_t KvCacheManager::FreeBlocksAfterReferencing(const CachedPrefix& prefix) const {
+  int32_t revived = 0;  // free-cached hits leave the free list when referenced
+  for (BlockId b : prefix.blocks) revived += pool_.ref_count(b) == 0 ? 1 : 0;
+  return pool_.num_free_blocks() - revived;
+}
+
 bool KvCacheManager::AllocateNew(RequestId id, const CachedPrefix& prefix, int32_t num_new_tokens) {
   KVSERVE_CHECK(!requests_.contains(id));
   KVSERVE_CHECK(num_new_tokens >= 0);

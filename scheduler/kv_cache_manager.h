@@ -85,6 +85,12 @@ class KvCacheManager {
 
   int32_t block_size() const { return pool_.block_size(); }
   const BlockPool& pool() const { return pool_; }
+  int32_t num_blocks() const { return pool_.num_blocks(); }
+  // Blocks an allocation can take now.
+  int32_t num_free_blocks() const { return pool_.num_free_blocks(); }
+  // Blocks an AllocateNew(prefix) can take for new blocks: referencing the
+  // prefix takes its free-cached blocks off the free list first.
+  int32_t FreeBlocksAfterReferencing(const CachedPrefix& prefix) const;
 
   // Longest run of cached full blocks matching a prefix of `tokens` (all the
   // request's known tokens: prompt, plus output so far when resuming after

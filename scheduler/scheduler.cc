@@ -32,7 +32,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager* kv,
     : config_(config), policy_(config.capacity), kv_(kv), tokenizer_(tokenizer) {
   KVSERVE_CHECK(kv_ != nullptr);
   KVSERVE_CHECK(config.capacity.block_size == kv_->block_size());
-  KVSERVE_CHECK(config.capacity.num_usable_blocks <= kv_->pool().num_blocks() - 1);
+  KVSERVE_CHECK(config.capacity.num_usable_blocks <= kv_->num_blocks() - 1);
   KVSERVE_CHECK(config.batch.max_num_batched_tokens > 0 && config.batch.max_num_seqs > 0);
 }
 
@@ -144,7 +144,7 @@ void Scheduler::ScheduleRunning(Request* r, BatchPlanner& planner, SchedulerOutp
     if (offered == 0) return;
     const int32_t held = static_cast<int32_t>(kv_->BlockTable(r->id()).size());
     const int32_t n = BatchPlanner::FitToBlocks(offered, r->num_computed_tokens(), held,
-                                                kv_->pool().num_free_blocks(), bs);
+                                                kv_->num_free_blocks(), bs);
     if (n > 0) {
       KVSERVE_CHECK(kv_->Allocate(r->id(), r->num_computed_tokens(), n));
       AddScheduled(r, n, planner, out);
@@ -164,12 +164,10 @@ void Scheduler::AdmitWaiting(BatchPlanner& planner, SchedulerOutput& out, TimePo
     // only valid until then).
     const CachedPrefix prefix =
         kv_->GetComputedBlocks(r->tokens(), ExtraKeys{.cache_salt = r->params().cache_salt});
-    int32_t num_revived = 0;  // free-cached hits leave the free list too
-    for (BlockId b : prefix.blocks) num_revived += kv_->pool().ref_count(b) == 0 ? 1 : 0;
     const int32_t offered = planner.Offer(r->num_tokens() - prefix.num_tokens);
     const int32_t n = BatchPlanner::FitToBlocks(offered, prefix.num_tokens,
                                                 static_cast<int32_t>(prefix.blocks.size()),
-                                                kv_->pool().num_free_blocks() - num_revived, bs);
+                                                kv_->FreeBlocksAfterReferencing(prefix), bs);
     if (n == 0) return;  // the head waits for blocks; nobody overtakes it
     KVSERVE_CHECK(kv_->AllocateNew(r->id(), prefix, n));
     waiting_.Remove(r);

@@ -73,6 +73,25 @@ class KvCacheManagerNoCachingTest : public KvCacheManagerTest {
 
 const Tokens kP8 = Seq(100, 8);  // a shared 2-block prefix
 
+// A free-cached prefix block leaves the free list when referenced; one still
+// held by a running request does not.
+TEST_F(KvCacheManagerTest, FreeBlocksAfterReferencingCountsOnlyFreeCachedHits) {
+  EXPECT_EQ(Admit(1, Cat(kP8, {1, 2})), 0);  // blocks 1, 2 (the prefix), 3
+  EXPECT_EQ(kv_.num_free_blocks(), 4);
+  const CachedPrefix held = kv_.GetComputedBlocks(Cat(kP8, {7}), {});
+  ASSERT_THAT(held.blocks, ElementsAre(1, 2));
+  EXPECT_EQ(kv_.FreeBlocksAfterReferencing(held), 4);  // both in use by request 1
+
+  kv_.Free(1);  // 1 and 2 stay cached on the free list
+  EXPECT_EQ(kv_.num_free_blocks(), 7);
+  const CachedPrefix cached = kv_.GetComputedBlocks(Cat(kP8, {7}), {});
+  ASSERT_THAT(cached.blocks, ElementsAre(1, 2));
+  EXPECT_EQ(kv_.FreeBlocksAfterReferencing(cached), 5);
+  ASSERT_TRUE(kv_.AllocateNew(2, cached, 1));
+  EXPECT_EQ(kv_.num_free_blocks(), 4);  // 5 left after the revival, less one new block
+  ExpectInvariants();
+}
+
 TEST_F(KvCacheManagerTest, TwoRequestsShareTheFullBlocksOfACommonPrefix) {
   EXPECT_EQ(Admit(1, Cat(kP8, {1, 2})), 0);
   EXPECT_THAT(Table(1), ElementsAre(1, 2, 3));
