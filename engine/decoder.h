@@ -21,6 +21,8 @@
 //   AddNorm(X residual, X x, norm, X normed, what)   residual += x; normed = norm(residual)
 //   Linear(X in, int64_t k, matrix, bias, int64_t n, X out, what)   out = in W^T (+ bias)
 //   Rope(X q, X k, int64_t stride, bool local)   rotary embedding of q and k, in place
+//   bool KvRowsRotated()                         the cache stores rotated K and V rows
+//   RotateHeads(X x, int64_t stride, int64_t heads)   x = H x per head (kernels::RotateHeads)
 //   WriteKv(int64_t layer, X k, X v, int64_t stride)   K/V into the layer's cache slots
 //   Attention(int64_t layer, X q, int64_t stride, const AttentionShape&, X out)
 //   GatedActivation(Activation, X gate_up, X out)      act(gate) * up
@@ -87,11 +89,20 @@ absl::Status RunDecoderLayer(Ops& ops, const ModelConfig& c, const Weights& w,
     KVSERVE_RETURN_IF_ERROR(ops.HeadNorm(k, qkv_width, c.num_kv_heads, lw.k_norm, "k norm"));
   }
   KVSERVE_RETURN_IF_ERROR(ops.Rope(q, k, qkv_width, c.LayerUsesLocalRope(layer)));
+  // A quantized cache holds H k and H v (engine/kv_cache.h): q is rotated
+  // too, so that the scores are those of q . k, and the output, a sum of
+  // rotated values, is rotated back (H is its own inverse).
+  const bool rotated = ops.KvRowsRotated();
+  if (rotated) {
+    KVSERVE_RETURN_IF_ERROR(ops.RotateHeads(q, qkv_width, c.num_heads));
+    KVSERVE_RETURN_IF_ERROR(ops.RotateHeads(k, qkv_width, 2 * c.num_kv_heads));  // k and v
+  }
   KVSERVE_RETURN_IF_ERROR(ops.WriteKv(layer, k, v, qkv_width));
   const AttentionShape attention{.scale = c.AttentionScale(),
                                  .sliding_window = static_cast<int>(c.LayerSlidingWindow(layer)),
                                  .softcap = static_cast<float>(c.attn_logit_softcapping)};
   KVSERVE_RETURN_IF_ERROR(ops.Attention(layer, q, qkv_width, attention, a.attn));
+  if (rotated) KVSERVE_RETURN_IF_ERROR(ops.RotateHeads(a.attn, q_width, c.num_heads));
   KVSERVE_RETURN_IF_ERROR(
       ops.Linear(a.attn, q_width, lw.o_proj, lw.o_proj_bias, hidden, a.proj, "o_proj"));
   if (c.sandwich_norms) {

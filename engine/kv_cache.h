@@ -24,6 +24,14 @@
 //   int4         ceil(d/2), 2 per byte    fp32 max|row| / 7, codes [-8, 7]
 //   fp4_e2m1     ceil(d/2), 2 per byte    fp32 max|row| / 6
 //
+// int8, int4 and fp4_e2m1 hold each head's K and V rotated (kernels::KvRowsRotated):
+// a row is the encoding of H k (H v), H the normalized Walsh-Hadamard
+// transform over blocks of kernels::HadamardBlock(head_dim) elements
+// (kernels::RotateHeads). Real models' K and V carry outlier channels that
+// would set a row's scale alone; rotated, every element shares their
+// magnitude. The decoder (engine/decoder.h) rotates q the same way, so the
+// scores are q . k, and rotates attention's output back (H is its own
+// inverse); attention itself never sees the rotation.
 // Scales are fp32 (not fp16) so that no row's range can underflow or
 // overflow its scale and the scale is the one the encoder divided by; at
 // head_dim 64 they cost 4 bytes against 64 (int8) or 32 (int4) of data.

@@ -92,6 +92,11 @@ class ModelRunner::Ops {
         r_.pool_);
     return absl::OkStatus();
   }
+  bool KvRowsRotated() const { return kernels::KvRowsRotated(r_.cache_.shape().dtype); }
+  absl::Status RotateHeads(float* x, int64_t stride, int64_t heads) {
+    kernels::RotateHeads(x, stride, n_, heads, c_.head_dim, r_.pool_);
+    return absl::OkStatus();
+  }
   absl::Status WriteKv(int64_t layer, const float* k, const float* v, int64_t stride) {
     KvCache& cache = r_.cache_;
     kernels::WriteKvCache({.k = k,

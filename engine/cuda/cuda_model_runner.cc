@@ -16,6 +16,7 @@
 #include "engine/cuda/step_arena.h"
 #include "engine/decoder.h"
 #include "engine/kv_cache.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/paged_attention.h"
@@ -350,6 +351,15 @@ class CudaModelRunner::Impl::Ops {
              .rotary_dim = static_cast<int>(c_.RotaryDim())},
             m_.stream),
         "rope");
+    return absl::OkStatus();
+  }
+  bool KvRowsRotated() const { return kernels::KvRowsRotated(m_.kv_format); }
+  absl::Status RotateHeads(void* x, int64_t stride, int64_t heads) {
+    const int64_t block = kernels::HadamardBlock(c_.head_dim);
+    const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(block)));
+    KVSERVE_RETURN_IF_CUDA_ERROR(kernels::cuda::RotateHeads(x, m_.dtype, stride, n_, heads,
+                                                            c_.head_dim, block, norm, m_.stream),
+                                 "kv rotation");
     return absl::OkStatus();
   }
   absl::Status WriteKv(int64_t layer, void* k, void* v, int64_t stride) {

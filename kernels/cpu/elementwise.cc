@@ -138,6 +138,38 @@ void HeadRmsNorm(float* x, int64_t stride, int64_t num_tokens, int64_t num_heads
   });
 }
 
+int64_t HadamardBlock(int64_t head_dim) {
+  int64_t block = 1;
+  while (block < 256 && head_dim % (2 * block) == 0) block *= 2;
+  return block;
+}
+
+void RotateHeads(float* x, int64_t stride, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                 ThreadPool* pool) {
+  const int64_t block = HadamardBlock(head_dim);
+  const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(block)));
+  ForRows(pool, num_tokens, RowGrain(num_heads * head_dim), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t h = 0; h < num_heads; ++h) {
+        float* head = x + t * stride + h * head_dim;
+        for (int64_t b = 0; b < head_dim; b += block) {
+          float* v = head + b;
+          for (int64_t half = 1; half < block; half *= 2) {
+            for (int64_t i = 0; i < block; i += 2 * half) {
+              for (int64_t j = i; j < i + half; ++j) {
+                const float a = v[j], c = v[j + half];
+                v[j] = a + c;
+                v[j + half] = a - c;
+              }
+            }
+          }
+          for (int64_t i = 0; i < block; ++i) v[i] *= norm;
+        }
+      }
+    }
+  });
+}
+
 void ApplyRope(const RopeParams& p, ThreadPool* pool) {
   const int half = (p.rotary_dim > 0 ? p.rotary_dim : p.head_dim) / 2;
   ForRows(

@@ -47,6 +47,21 @@ struct RopeParams {
 };
 void ApplyRope(const RopeParams& p, ThreadPool* pool);
 
+// The rotation the quantized KV caches store their rows in (engine/kv_cache.h):
+// in place over every head of every token, each block of HadamardBlock(head_dim)
+// consecutive elements becomes H x, H the normalized Walsh-Hadamard matrix of
+// that size (block diagonal over the head when head_dim is not a power of
+// two). H is symmetric and orthogonal, so applying it twice gives x back (up
+// to rounding) and (H q) . (H k) = q . k; it spreads an outlier channel's
+// magnitude over the block, which a per-row quantization scale then no longer
+// follows alone. Butterflies in a fixed order, then one multiply by
+// 1 / sqrt(block): a token's result depends on its own values alone.
+// Head h of token t starts at x + t * stride + h * head_dim.
+void RotateHeads(float* x, int64_t stride, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                 ThreadPool* pool);
+// The largest power of two that divides head_dim, at most 256.
+int64_t HadamardBlock(int64_t head_dim);
+
 // out[r][i] = silu(gate_up[r][i]) * gate_up[r][inter + i], silu(g) = g / (1 + exp(-g)).
 // gate_up: [rows, 2 * inter] (gate then up), out: [rows, inter].
 void SiluMul(const float* gate_up, float* out, int64_t rows, int64_t inter, ThreadPool* pool);

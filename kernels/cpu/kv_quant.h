@@ -48,6 +48,14 @@ std::optional<KvDtype> ParseKvDtype(std::string_view name);
 int64_t KvRowBytes(KvDtype dtype, int64_t dim);
 // True for the formats that store one fp32 scale per row.
 bool KvHasScale(KvDtype dtype);
+// True for the formats whose rows hold each head's K and V rotated
+// (kernels::RotateHeads, engine/kv_cache.h): the integer ones and fp4, whose
+// uniform or near-uniform codes a per-row scale set by an outlier channel
+// wastes. fp8's codes are logarithmic; rotated, it measured better on one
+// real model and worse on the other (docs/engine.md), so it stays as is.
+inline bool KvRowsRotated(KvDtype dtype) {
+  return dtype == KvDtype::kInt8 || dtype == KvDtype::kInt4 || dtype == KvDtype::kFp4E2m1;
+}
 // The largest code magnitude (448, 127, 7, 6) of a scaled format; 0 otherwise.
 float KvCodeMax(KvDtype dtype);
 

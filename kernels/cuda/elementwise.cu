@@ -291,6 +291,39 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// ---- Hadamard rotation of each head: one CTA per (token, head) ----------------
+
+constexpr int kRotateThreads = 128;
+constexpr int64_t kMaxRotateDim = 1024;
+
+// The butterflies of kernels/cpu RotateHeads in the same order (stage by
+// stage, each pair a + c and a - c in fp32), then each element times norm:
+// for fp32 inputs the CPU's bits.
+template <typename T>
+__global__ void __launch_bounds__(kRotateThreads)
+    RotateHeadsKernel(T* __restrict__ x, int64_t token_stride, int64_t num_heads,
+                      int64_t head_dim, int64_t block, float norm) {
+  __shared__ float v[kMaxRotateDim];
+  const int64_t row = blockIdx.x;
+  const int64_t t = row / num_heads, h = row - t * num_heads;
+  T* xr = x + t * token_stride + h * head_dim;
+  for (int64_t d = threadIdx.x; d < head_dim; d += kRotateThreads) v[d] = ToFloat(xr[d]);
+  __syncthreads();
+  for (int64_t half = 1; half < block; half *= 2) {
+    for (int64_t p = threadIdx.x; p < head_dim / 2; p += kRotateThreads) {
+      const int64_t b = p / (block / 2), q = p % (block / 2);
+      const int64_t j = b * block + q / half * 2 * half + q % half;
+      const float a = v[j], c = v[j + half];
+      v[j] = __fadd_rn(a, c);
+      v[j + half] = __fsub_rn(a, c);
+    }
+    __syncthreads();
+  }
+  for (int64_t d = threadIdx.x; d < head_dim; d += kRotateThreads) {
+    xr[d] = FromFloat<T>(__fmul_rn(v[d], norm));
+  }
+}
+
 // ---- RoPE: one CTA per token ---------------------------------------------------
 
 constexpr int kRopeThreads = 128;
@@ -561,6 +594,25 @@ cudaError_t HeadRmsNorm(void* x, ElemType type, int64_t token_stride, int64_t nu
     HeadRmsNormKernel<T><<<static_cast<unsigned>(num_tokens * num_heads), kRowThreads, 0, stream>>>(
         static_cast<T*>(x), token_stride, num_heads, static_cast<const T*>(weight), head_dim, eps,
         weight_offset);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t RotateHeads(void* x, ElemType type, int64_t token_stride, int64_t num_tokens,
+                        int64_t num_heads, int64_t head_dim, int64_t block, float norm,
+                        cudaStream_t stream) {
+  if (x == nullptr || num_tokens < 0 || num_heads < 0 || head_dim <= 0 ||
+      head_dim > kMaxRotateDim || block < 1 || (block & (block - 1)) != 0 ||
+      head_dim % block != 0 || token_stride < num_heads * head_dim ||
+      num_tokens * num_heads > INT32_MAX || !ValidType(type)) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_tokens == 0 || num_heads == 0) return cudaSuccess;
+  return DispatchType(type, [&](auto tag) {
+    using T = decltype(tag);
+    RotateHeadsKernel<T><<<static_cast<unsigned>(num_tokens * num_heads), kRotateThreads, 0,
+                           stream>>>(static_cast<T*>(x), token_stride, num_heads, head_dim, block,
+                                     norm);
     return cudaGetLastError();
   });
 }

@@ -37,6 +37,14 @@ cudaError_t HeadRmsNorm(void* x, ElemType type, int64_t token_stride, int64_t nu
                         int64_t num_heads, const void* weight, int64_t head_dim, float eps,
                         float weight_offset, cudaStream_t stream);
 
+// In place, per head, as kernels/cpu RotateHeads: each block of `block`
+// elements (a power of two dividing head_dim; head_dim <= 1024) becomes H x
+// (the normalized Walsh-Hadamard transform: butterflies in fp32, then times
+// norm = 1 / sqrt(block)), x of `type`. The quantized KV caches' rotation.
+cudaError_t RotateHeads(void* x, ElemType type, int64_t token_stride, int64_t num_tokens,
+                        int64_t num_heads, int64_t head_dim, int64_t block, float norm,
+                        cudaStream_t stream);
+
 // Rotary embedding, Hugging Face "rotate half" convention, in place, as
 // kernels/cpu/elementwise.h ApplyRope: angle = float(pos) * inv_freq[i] in
 // fp32 (inv_freq already includes linear / llama3 scaling), cos and sin by

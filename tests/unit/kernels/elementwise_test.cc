@@ -30,6 +30,84 @@ std::vector<CpuIsa> AvailableIsas() {
 
 const int64_t kDims[] = {1, 7, 33, 576, 1000};
 
+// The normalized Walsh-Hadamard matrix of size n (a power of two), entry (i, j)
+// = (-1)^popcount(i & j) / sqrt(n), in double.
+double HadamardEntry(int64_t n, int64_t i, int64_t j) {
+  return (__builtin_popcountll(static_cast<uint64_t>(i & j)) % 2 == 0 ? 1.0 : -1.0) /
+         std::sqrt(static_cast<double>(n));
+}
+
+TEST(RotateHeadsTest, HadamardBlockIsTheLargestPowerOfTwoDividingTheHeadDim) {
+  EXPECT_EQ(HadamardBlock(64), 64);
+  EXPECT_EQ(HadamardBlock(256), 256);
+  EXPECT_EQ(HadamardBlock(512), 256);
+  EXPECT_EQ(HadamardBlock(96), 32);
+  EXPECT_EQ(HadamardBlock(80), 16);
+  EXPECT_EQ(HadamardBlock(6), 2);
+}
+
+// Against the matrix product (block diagonal over the head), on odd token
+// and head counts, with a token stride wider than the heads (the fused qkv
+// row): the elements past the heads stay as they were.
+TEST(RotateHeadsTest, MatchesTheHadamardMatrixPerBlockAndLeavesTheRestAlone) {
+  ThreadPool pool(3);
+  for (int64_t dim : {64, 96, 256}) {
+    SCOPED_TRACE(dim);
+    const int64_t tokens = 7, heads = 3, stride = heads * dim + 5;
+    const int64_t block = HadamardBlock(dim);
+    std::mt19937 rng(static_cast<uint32_t>(dim));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(tokens * stride);
+    for (float& v : x) v = dist(rng);
+    x[3] = 40.0f;  // an outlier channel
+    std::vector<float> y = x;
+    RotateHeads(y.data(), stride, tokens, heads, dim, &pool);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* in = x.data() + t * stride + h * dim;
+        const float* out = y.data() + t * stride + h * dim;
+        for (int64_t i = 0; i < dim; ++i) {
+          const int64_t b = i / block * block;
+          double want = 0;
+          for (int64_t j = 0; j < block; ++j) want += HadamardEntry(block, i - b, j) * in[b + j];
+          EXPECT_NEAR(out[i], want, 1e-5 * (1 + std::fabs(want))) << t << " " << h << " " << i;
+        }
+      }
+      for (int64_t e = heads * dim; e < stride; ++e) {
+        EXPECT_EQ(y[t * stride + e], x[t * stride + e]);
+      }
+    }
+  }
+}
+
+// H is its own inverse and keeps dot products (q . k = Hq . Hk), and a
+// token's result does not depend on the others' or on the pool.
+TEST(RotateHeadsTest, IsAnInvolutionThatKeepsDotProductsPerToken) {
+  const int64_t dim = 128, tokens = 5;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(tokens * dim), k(tokens * dim);
+  for (float& v : q) v = dist(rng);
+  for (float& v : k) v = dist(rng);
+  std::vector<float> hq = q, hk = k;
+  ThreadPool pool(2);
+  RotateHeads(hq.data(), dim, tokens, 1, dim, &pool);
+  RotateHeads(hk.data(), dim, tokens, 1, dim, nullptr);
+  for (int64_t t = 0; t < tokens; ++t) {
+    double dot = 0, hdot = 0;
+    for (int64_t i = 0; i < dim; ++i) {
+      dot += double{q[t * dim + i]} * k[t * dim + i];
+      hdot += double{hq[t * dim + i]} * hk[t * dim + i];
+    }
+    EXPECT_NEAR(hdot, dot, 1e-4 * (1 + std::fabs(dot)));
+    std::vector<float> alone(q.begin() + t * dim, q.begin() + (t + 1) * dim);
+    RotateHeads(alone.data(), dim, 1, 1, dim, nullptr);
+    for (int64_t i = 0; i < dim; ++i) EXPECT_EQ(alone[i], hq[t * dim + i]);
+  }
+  RotateHeads(hq.data(), dim, tokens, 1, dim, &pool);
+  for (size_t i = 0; i < q.size(); ++i) EXPECT_NEAR(hq[i], q[i], 1e-5);
+}
+
 TEST(RmsNormTest, MatchesReferenceAndIsRowInvariant) {
   ThreadPool one(1), two(2);
   for (CpuIsa isa : AvailableIsas()) {
