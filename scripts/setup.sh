@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything kvserve needs on a fresh Debian 12 machine: the C++
 # toolchain and libraries from Debian's packages, and the Python test oracle
-# (transformers, torch, tokenizers, sentencepiece) from PyPI into .venv/.
+# (transformers, torch, tokenizers, sentencepiece) from PyPI into a virtual
+# environment that .venv links to (below).
 # Idempotent: a second run installs nothing and takes seconds.
 #   KVSERVE_SETUP=daemon   only the packages that build and run the daemon (scripts/run.sh)
 #   KVSERVE_SKIP_PYTHON=1  everything but the Python oracle
@@ -54,18 +55,29 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ "${KVSERVE_SKIP_PYTHON:-0}" != "1" ]; then
-  venv="$root/.venv"
+  # The environment lives outside the checkout, one per requirements file
+  # (its sha256 names it), and .venv links to it: a fresh clone on a machine
+  # that already built the same pins (CI's clean clones) reuses it instead of
+  # downloading ~3 GB of wheels again. KVSERVE_VENV_CACHE moves it. A .venv
+  # that is a directory of its own (an older checkout's) is used in place.
   req="$root/tests/oracle/requirements.txt"
-  stamp="$venv/.requirements.sha256"
   want=$(sha256sum "$req" | cut -d' ' -f1)
+  venv="$root/.venv"
+  if [ ! -d "$venv" ] || [ -L "$venv" ]; then
+    cache="${KVSERVE_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvserve}"
+    venv="$cache/venv-${want:0:16}"
+    mkdir -p "$cache"
+  fi
+  stamp="$venv/.requirements.sha256"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "setup: creating the Python test oracle in .venv (transformers, torch, tokenizers)"
+    echo "setup: creating the Python test oracle in $venv (transformers, torch, tokenizers)"
     python3 -m venv "$venv"
-    # No wheel cache: torch's wheels alone are ~3 GB, and .venv already
-    # takes ~6 GB of disk.
+    # No wheel cache: torch's wheels alone are ~3 GB, and the environment
+    # already takes ~6 GB of disk.
     "$venv/bin/python" -m pip install -q --no-cache-dir --upgrade pip
     "$venv/bin/python" -m pip install -q --no-cache-dir -r "$req"
     echo "$want" > "$stamp"
   fi
+  [ "$venv" = "$root/.venv" ] || ln -sfn "$venv" "$root/.venv"
 fi
 echo "setup: done"
