@@ -93,8 +93,17 @@ quantized='*_bfloat16:*_float16:*_fp8_e4m3:*_int8:*_int4:*_fp4_e2m1'
 # threads do what KvQuantAttentionTest.PartitionsSplitAcrossThreadsChangeNoBit
 # (which runs here) does: passes cut at their partitions over 2 and 4 threads.
 same_threads_as_a_shorter_test='PagedAttentionTest.LongContextsAcrossPartitions'
+# The two binaries side by side: each spends much of its time on fewer
+# threads than the machine has.
+pids=()
 for t in scheduler_tests kernels_tests; do
-  "$tsan/tests/$t" --gtest_brief=1 --gtest_filter="-$quantized:$same_threads_as_a_shorter_test"
+  "$tsan/tests/$t" --gtest_brief=1 --gtest_filter="-$quantized:$same_threads_as_a_shorter_test" \
+    >"$tsan/$t.log" 2>&1 &
+  pids+=($!)
 done
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+for t in scheduler_tests kernels_tests; do echo "==== $t"; cat "$tsan/$t.log"; done
+[ "$failed" = 0 ] || { echo "sanitizers: a ThreadSanitizer test binary failed" >&2; exit 1; }
 check_reports "$reports"
 echo "sanitizers: no reports"
