@@ -374,6 +374,73 @@ absl::Status ParseStreamOptions(const Json& body, GenerationRequest* out) {
   return absl::OkStatus();
 }
 
+// Fields OpenAI's API (or vLLM's extensions of it) defines that kvserve does
+// not implement: a request that sets one to anything but its no-op value is
+// a 400 naming it, never a 200 that ignores it (a client cannot tell an
+// ignored constraint from an obeyed one). Fields nobody defines stay ignored,
+// as OpenAI ignores them.
+absl::Status CheckUnimplemented(Endpoint endpoint, const Json& body) {
+  const auto set = [&](const char* key) { return Field(body, key) != nullptr; };
+  const auto non_empty = [&](const char* key) {
+    const Json* v = Field(body, key);
+    return v != nullptr && !(v->is_object() && v->empty()) && !(v->is_array() && v->empty()) &&
+           !(v->is_string() && v->get<std::string>().empty());
+  };
+  if (non_empty("logit_bias")) {
+    return Invalid("logit_bias", "is not implemented: kvserve cannot bias tokens yet");
+  }
+  for (const char* key : {"structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                          "guided_grammar", "guided_decoding_backend", "prompt_logprobs"}) {
+    if (set(key)) return Invalid(key, "is not implemented");
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    if (non_empty("suffix")) return Invalid("suffix", "is not implemented");
+    if (const Json* best_of = Field(body, "best_of"); best_of != nullptr) {
+      const Json* n = Field(body, "n");
+      if (!(*best_of == (n != nullptr ? *n : Json(1)))) {
+        return Invalid("best_of", "is not implemented (only best_of equal to n)");
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (const Json* format = Field(body, "response_format"); format != nullptr) {
+    const Json* type = format->is_object() ? Field(*format, "type") : nullptr;
+    if (type == nullptr || !(*type == "text")) {
+      return Invalid("response_format",
+                     "is not implemented: kvserve cannot constrain output to JSON or a schema "
+                     "yet (only {\"type\": \"text\"})");
+    }
+  }
+  // Tools reach the chat template (the model sees them), but the model's tool
+  // calls are not parsed out of its text: only tool_choice "none" is served.
+  const Json* choice = Field(body, "tool_choice");
+  const bool choice_none = choice != nullptr && *choice == "none";
+  if (non_empty("tools") && !choice_none) {
+    return Invalid("tools",
+                   "tool calling is not implemented: tool calls are not parsed out of the "
+                   "model's output; send \"tool_choice\": \"none\" to render the tools into the "
+                   "prompt and get text");
+  }
+  if (choice != nullptr && !choice_none && !(*choice == "auto")) {
+    return Invalid("tool_choice", "is not implemented (only \"none\")");
+  }
+  if (non_empty("functions") || set("function_call")) {
+    return Invalid(non_empty("functions") ? "functions" : "function_call",
+                   "function calling is not implemented");
+  }
+  if (const Json* cont = Field(body, "continue_final_message"); cont != nullptr && *cont == true) {
+    return Invalid("continue_final_message", "is not implemented");
+  }
+  for (const char* key : {"audio", "prediction", "web_search_options"}) {
+    if (set(key)) return Invalid(key, "is not implemented");
+  }
+  if (const Json* modalities = Field(body, "modalities");
+      modalities != nullptr && !(*modalities == Json::array({"text"}))) {
+    return Invalid("modalities", "is not implemented (only [\"text\"])");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckModel(const Json& body, const ModelContext& model) {
   const Json* m = Field(body, "model");
   if (m == nullptr) return absl::OkStatus();
@@ -421,6 +488,7 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
   GenerationRequest out;
   out.endpoint = endpoint;
   KVSERVE_RETURN_IF_ERROR(CheckModel(body, model));
+  KVSERVE_RETURN_IF_ERROR(CheckUnimplemented(endpoint, body));
   std::optional<int32_t> n;
   KVSERVE_RETURN_IF_ERROR(ReadInt(body, "n", 1, kMaxChoices, &n));
   out.n = n.value_or(1);

@@ -175,7 +175,7 @@ TEST_F(OpenAiProtocolTest, TypeAndRangeErrorsNameTheParameter) {
 TEST_F(OpenAiProtocolTest, NullIsAbsentAndUnknownFieldsAreIgnored) {
   auto r = Parse(R"({"prompt": "hi", "temperature": null, "max_tokens": null, "stop": null,
     "n": null, "seed": null, "logprobs": null, "stream": null, "stream_options": null,
-    "echo": null, "user": null, "suffix": "x", "best_of": 1, "logit_bias": {"1": 2},
+    "echo": null, "user": null, "suffix": null, "best_of": 1, "logit_bias": {},
     "future_field": {"a": [1, 2]}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->base.sampling.temperature, 1.0f);
@@ -184,6 +184,47 @@ TEST_F(OpenAiProtocolTest, NullIsAbsentAndUnknownFieldsAreIgnored) {
   EXPECT_EQ(r->n, 1);
   EXPECT_FALSE(r->seed.has_value());
   EXPECT_FALSE(r->logprobs);
+}
+
+// A field the API defines that kvserve does not implement is a 400 naming it
+// unless it holds its no-op value; nothing is silently ignored.
+TEST_F(OpenAiProtocolTest, UnimplementedFieldsAreRejectedByName) {
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"1": 2}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "suffix": "x"})"), "suffix");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "best_of": 2})"), "best_of");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "best_of": 2, "n": 2})"), "<ok>");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "suffix": ""})"), "<ok>");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "prompt_logprobs": 1})"), "prompt_logprobs");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "guided_regex": "a+"})"), "guided_regex");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "structured_outputs": {"choice": ["a"]}})"),
+            "structured_outputs");
+  absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::FromSource(
+      "{% for m in messages %}{{ m.content }}{% endfor %}", nlohmann::json::object());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  model_.chat_template = &*tmpl;
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
+  EXPECT_EQ(Param(chat + R"("response_format": {"type": "json_object"}})", Endpoint::kChat),
+            "response_format");
+  EXPECT_EQ(Param(chat + R"("response_format": {"type": "json_schema", "json_schema": {}}})",
+                  Endpoint::kChat),
+            "response_format");
+  EXPECT_EQ(Param(chat + R"("response_format": {"type": "text"}})", Endpoint::kChat), "<ok>");
+  EXPECT_EQ(Param(chat + tools + "}", Endpoint::kChat), "tools");
+  EXPECT_EQ(Param(chat + tools + R"(, "tool_choice": "auto"})", Endpoint::kChat), "tools");
+  EXPECT_EQ(Param(chat + tools + R"(, "tool_choice": "required"})", Endpoint::kChat), "tools");
+  EXPECT_EQ(Param(chat + tools + R"(, "tool_choice": "none"})", Endpoint::kChat), "<ok>");
+  EXPECT_EQ(Param(chat + R"("tools": [], "tool_choice": "auto"})", Endpoint::kChat), "<ok>");
+  EXPECT_EQ(Param(chat + R"("tool_choice": {"type": "function", "function": {"name": "f"}}})",
+                  Endpoint::kChat),
+            "tool_choice");
+  EXPECT_EQ(Param(chat + R"("functions": [{"name": "f"}]})", Endpoint::kChat), "functions");
+  EXPECT_EQ(Param(chat + R"("continue_final_message": true})", Endpoint::kChat),
+            "continue_final_message");
+  EXPECT_EQ(Param(chat + R"("continue_final_message": false})", Endpoint::kChat), "<ok>");
+  EXPECT_EQ(Param(chat + R"("logit_bias": {"5": -100}})", Endpoint::kChat), "logit_bias");
+  EXPECT_EQ(Param(chat + R"("modalities": ["text", "audio"]})", Endpoint::kChat), "modalities");
+  EXPECT_EQ(Param(chat + R"("modalities": ["text"]})", Endpoint::kChat), "<ok>");
 }
 
 TEST_F(OpenAiProtocolTest, IntegralFloatsAndLargeSeeds) {
