@@ -33,10 +33,8 @@ absl::Status ConvertStopping(const v1::StoppingParams& in, int32_t vocab_size,
     return Invalid("stopping.stop_token_ids", absl::StrCat("at most ", kMaxStopTokenIds,
                                                            " ids, got ", in.stop_token_ids_size()));
   }
-  if (absl::Status s = CheckTokenIds(in.stop_token_ids(), "stopping.stop_token_ids", vocab_size);
-      !s.ok()) {
-    return s;
-  }
+  KVSERVE_RETURN_IF_ERROR(
+      CheckTokenIds(in.stop_token_ids(), "stopping.stop_token_ids", vocab_size));
   out->stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
   std::vector<std::string> stops(in.stop().begin(), in.stop().end());
   KVSERVE_RETURN_IF_ERROR(CheckStopStrings(stops, tokenizer, "stopping.stop"));
@@ -153,18 +151,9 @@ absl::StatusOr<scheduler::RequestParams> ToRequestParams(const v1::GenerateReque
     params.return_logprobs = true;
     params.sampling.num_logprobs = request.logprobs();
   }
-  if (absl::Status s = ConvertStopping(request.stopping(), vocab_size, tokenizer, &params.stop);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckLength(request.request_id(), "request_id", kMaxRequestIdBytes);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckLength(request.cache_salt(), "cache_salt", kMaxCacheSaltBytes);
-      !s.ok()) {
-    return s;
-  }
+  KVSERVE_RETURN_IF_ERROR(ConvertStopping(request.stopping(), vocab_size, tokenizer, &params.stop));
+  KVSERVE_RETURN_IF_ERROR(CheckLength(request.request_id(), "request_id", kMaxRequestIdBytes));
+  KVSERVE_RETURN_IF_ERROR(CheckLength(request.cache_salt(), "cache_salt", kMaxCacheSaltBytes));
   params.priority = request.priority();
   params.cache_salt = request.cache_salt();
   return params;

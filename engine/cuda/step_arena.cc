@@ -199,10 +199,8 @@ absl::StatusOr<StepBuffers> StepArena::Prepare(const StepShape& shape, const Ste
   if (counted.total_bytes > device_.bytes() || counted.metadata_bytes > host_in_.bytes() ||
       counted.results_bytes > host_out_.bytes()) {
     // Nothing of an earlier step is in flight: Step synchronises at its end.
-    if (absl::Status s = Grow(counted.total_bytes, counted.metadata_bytes, counted.results_bytes);
-        !s.ok()) {
-      return s;
-    }
+    KVSERVE_RETURN_IF_ERROR(
+        Grow(counted.total_bytes, counted.metadata_bytes, counted.results_bytes));
   }
   const Carved c = CarveStep(device_.get(), shape);
   current_ = c.b;

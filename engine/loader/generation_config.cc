@@ -104,17 +104,11 @@ absl::StatusOr<GenerationConfig> ParseGenerationConfig(const Json& json,
   GenerationConfig out;
   KVSERVE_RETURN_IF_ERROR(ParseEos(json, source, out));
   SamplingDefaults& d = out.sampling;
-  if (absl::Status s = ReadFloat(json, "temperature", kHfTemperature, source, &d.temperature);
-      !s.ok()) {
-    return s;
-  }
+  KVSERVE_RETURN_IF_ERROR(ReadFloat(json, "temperature", kHfTemperature, source, &d.temperature));
   KVSERVE_RETURN_IF_ERROR(ReadFloat(json, "top_p", kHfTopP, source, &d.top_p));
   KVSERVE_RETURN_IF_ERROR(ReadFloat(json, "min_p", std::nullopt, source, &d.min_p));
-  if (absl::Status s = ReadFloat(json, "repetition_penalty", kHfRepetitionPenalty, source,
-                                 &d.repetition_penalty);
-      !s.ok()) {
-    return s;
-  }
+  KVSERVE_RETURN_IF_ERROR(
+      ReadFloat(json, "repetition_penalty", kHfRepetitionPenalty, source, &d.repetition_penalty));
   if (const Json* top_k = Get(json, "top_k")) {
     if (!top_k->is_number_integer()) {
       return FieldError(source, "top_k", absl::StrCat("must be an integer, got ", top_k->dump()));

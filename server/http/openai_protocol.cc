@@ -114,11 +114,8 @@ absl::StatusOr<std::vector<int32_t>> ToTokenIds(const Json& array, std::string_v
   ids.reserve(array.size());
   for (size_t i = 0; i < array.size(); ++i) {
     int64_t id = 0;
-    if (absl::Status s = ToInt(array[i], absl::StrCat(std::string(param), "[", i, "]"), 0,
-                               std::max(model.vocab_size - 1, 0), &id);
-        !s.ok()) {
-      return s;
-    }
+    KVSERVE_RETURN_IF_ERROR(ToInt(array[i], absl::StrCat(std::string(param), "[", i, "]"), 0,
+                                  std::max(model.vocab_size - 1, 0), &id));
     ids.push_back(static_cast<int32_t>(id));
   }
   KVSERVE_RETURN_IF_ERROR(CheckTokenIds(ids, param, model.vocab_size));
@@ -250,10 +247,7 @@ absl::StatusOr<std::vector<int32_t>> RenderMessages(const Json& body, const Mode
     if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
     inputs.extra_context = *kwargs;
   }
-  if (absl::Status s = ReadBool(body, "add_generation_prompt", &inputs.add_generation_prompt);
-      !s.ok()) {
-    return s;
-  }
+  KVSERVE_RETURN_IF_ERROR(ReadBool(body, "add_generation_prompt", &inputs.add_generation_prompt));
   absl::StatusOr<std::string> text = model.chat_template->Render(inputs);
   if (!text.ok()) return Invalid("messages", std::string(text.status().message()));
   absl::StatusOr<std::vector<int32_t>> ids =
@@ -314,21 +308,15 @@ absl::Status ParseSampling(const Json& body, const ModelContext& model,
     KVSERVE_RETURN_IF_ERROR(ReadFloat(body, key, field));
   }
   std::optional<int32_t> top_k;
-  if (absl::Status s = ReadInt(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
-      !s.ok()) {
-    return s;
-  }
+  KVSERVE_RETURN_IF_ERROR(ReadInt(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k));
   if (top_k) sampling->top_k = *top_k;
   if (const Json* v = Field(body, "seed"); v != nullptr) {
     if (v->is_number_unsigned()) {
       *seed = v->get<uint64_t>();
     } else {
       int64_t value = 0;
-      if (absl::Status s = ToInt(*v, "seed", std::numeric_limits<int64_t>::min(),
-                                 std::numeric_limits<int64_t>::max(), &value);
-          !s.ok()) {
-        return s;
-      }
+      KVSERVE_RETURN_IF_ERROR(ToInt(*v, "seed", std::numeric_limits<int64_t>::min(),
+                                    std::numeric_limits<int64_t>::max(), &value));
       *seed = static_cast<uint64_t>(value);  // two's complement, as numpy's seeds wrap
     }
   }
@@ -509,10 +497,8 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
   if (endpoint == Endpoint::kChat && Field(body, "max_completion_tokens") != nullptr) {
     max_key = "max_completion_tokens";
   }
-  if (absl::Status s = ReadInt(body, max_key, 1, std::numeric_limits<int32_t>::max(), &max_tokens);
-      !s.ok()) {
-    return s;
-  }
+  KVSERVE_RETURN_IF_ERROR(
+      ReadInt(body, max_key, 1, std::numeric_limits<int32_t>::max(), &max_tokens));
   out.max_tokens_given = max_tokens.has_value();
 
   if (endpoint == Endpoint::kCompletions) {

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace kvserve::client {
 namespace {
@@ -57,9 +58,7 @@ absl::StatusOr<Connection> Connection::Open(const ConnectionOptions& options) {
   if (tls) {
     grpc::SslCredentialsOptions ssl;
     if (!options.tls_ca_file.empty()) {
-      auto ca = ReadFile(options.tls_ca_file, "--tls_ca_file");
-      if (!ca.ok()) return ca.status();
-      ssl.pem_root_certs = *std::move(ca);
+      KVSERVE_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_ca_file, "--tls_ca_file"));
     }
     if (!options.tls_cert_file.empty()) {
       auto cert = ReadFile(options.tls_cert_file, "--tls_cert_file");
