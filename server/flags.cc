@@ -70,7 +70,8 @@ ABSL_FLAG(std::string, generation_config, "auto",
           "auto: the checkpoint's generation_config.json sampling values (temperature, top_p, "
           "top_k, min_p, repetition_penalty) apply to the fields a request leaves unset; none: "
           "they do not. Its eos_token_id list ends generation either way.");
-ABSL_FLAG(int32_t, block_size, 16, "Tokens per KV cache block, in [1, 256]; at most 64 on the cuda backend.");
+ABSL_FLAG(int32_t, block_size, 16,
+          "Tokens per KV cache block, in [1, 256]; at most 64 on the cuda backend.");
 ABSL_FLAG(int32_t, max_num_seqs, 64, "Most requests in one batch (the running set).");
 ABSL_FLAG(int32_t, max_num_batched_tokens, 2048,
           "Token budget of one engine step (prefill chunks + decodes).");

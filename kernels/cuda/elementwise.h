@@ -74,8 +74,8 @@ cudaError_t SiluMul(const void* gate_up, void* out, ElemType type, int64_t rows,
 
 // out[r][i] = gelu_tanh(gate_up[r][i]) * gate_up[r][inter + i] (GeGLU with
 // torch's tanh-approximate GELU, as kernels/cpu GeluTanhMul).
-cudaError_t GeluTanhMul(const void* gate_up, void* out, ElemType type, int64_t rows,
-                        int64_t inter, cudaStream_t stream);
+cudaError_t GeluTanhMul(const void* gate_up, void* out, ElemType type, int64_t rows, int64_t inter,
+                        cudaStream_t stream);
 
 // x[i] *= s for n fp32 values (Gemma's embedding scaling of the residual).
 cudaError_t ScaleF32(float* x, int64_t n, float s, cudaStream_t stream);
