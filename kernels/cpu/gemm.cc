@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm_dot.h"
 #include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/half_float.h"
@@ -58,6 +59,7 @@ void PackedMatrix::ReadRow(int64_t row, float* out) const {
       const int8_t code = As<int8_t>()[internal::DotElementIndex(row, kk, depth, 4)];
       out[kk] = static_cast<float>(code) * scales[row];
     }
+    RotateHeads(out, k, 1, 1, k, nullptr);  // H is its own inverse
     return;
   }
   if (format == WeightFormat::kBF16Dot) {
@@ -183,8 +185,10 @@ PackedMatrix PackWeights(const float* w, int64_t n, int64_t k, WeightFormat form
       });
       break;
     case WeightFormat::kW8A8: {
-      // int8's codes in VNNI order, and each row's code sum.
-      const auto code = Int8Codes(w, packed);
+      // int8's codes of W H in VNNI order, and each row's code sum.
+      std::vector<float> rotated(w, w + n * k);
+      RotateHeads(rotated.data(), k, n, 1, k, nullptr);
+      const auto code = Int8Codes(rotated.data(), packed);
       auto* sums = reinterpret_cast<int32_t*>(packed.code_sums.data());
       PackDotSteps<int8_t>(packed, internal::W8A8Depth(k), [&](int64_t row, int64_t kk) {
         const int8_t c = code(row, kk);
@@ -343,14 +347,22 @@ void GemmDot(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
     x.shifted = body == internal::GemmW8A8PanelsAvx512Vnni;
     bytes.resize(static_cast<size_t>(p.m * x.ld));
     scales.resize(static_cast<size_t>(p.m));
+    // H x, the rotation the weights were packed with (gemm.h).
+    thread_local std::vector<float> rotated;
+    rotated.resize(static_cast<size_t>(p.m * p.w->k));
+    for (int64_t r = 0; r < p.m; ++r) {
+      std::memcpy(rotated.data() + r * p.w->k, p.x + r * p.ldx, p.w->k * sizeof(float));
+    }
+    RotateHeads(rotated.data(), p.w->k, p.m, 1, p.w->k, pool);
+    const float* rotated_x = rotated.data();  // (the lambda may run on the pool's threads)
     auto quantize = avx512   ? internal::QuantizeRowsW8A8Avx512
                     : vector ? internal::QuantizeRowsW8A8Avx2
                              : internal::QuantizeRowsW8A8;
     int8_t* codes = bytes.data();
     float* row_scales = scales.data();
     ConvertRows(p.m, p.w->k, pool, [&](int64_t r0, int64_t r1) {
-      quantize(p.x + r0 * p.ldx, p.ldx, r1 - r0, p.w->k, x.shifted, codes + r0 * x.ld,
-               row_scales + r0);
+      quantize(rotated_x + r0 * p.w->k, p.w->k, r1 - r0, p.w->k, x.shifted,
+               codes + r0 * x.ld, row_scales + r0);
     });
     x.scales = scales.data();
   } else {

@@ -36,10 +36,18 @@ inline constexpr int64_t kGemmPanelWidth = 16;
 //   kF32, kBF16, kF16: the values themselves (16-bit ones widened exactly).
 //   kInt8: symmetric weight-only quantization, one fp32 scale per output
 //          channel: W[n][kk] ~ q[n][kk] * scale[n], q in [-127, 127].
-//   kW8A8: the same codes and scales, stored for int8 dot products (VNNI
-//          order: four consecutive k of one column side by side,
-//          packed[panel][kk / 4][j][kk % 4], k padded with zeros to a multiple
-//          of 4); the activations are quantized per row at run time.
+//   kW8A8: int8 codes and per-channel scales of W rotated along k (below),
+//          stored for int8 dot products (VNNI order: four consecutive k of
+//          one column side by side, packed[panel][kk / 4][j][kk % 4], k padded
+//          with zeros to a multiple of 4); the activations are rotated the
+//          same way and quantized per row at run time.
+//          The rotation: each block of HadamardBlock(k) consecutive k is
+//          multiplied by H, the normalized Walsh-Hadamard matrix
+//          (kernels::RotateHeads with one head of k values). H is symmetric
+//          and orthogonal, so (W H)(H x) = W x; rotated, an activation's
+//          outlier channels (real models have a few, 10-100x the rest) share
+//          their magnitude with the block instead of setting the row's
+//          scale alone (docs/engine.md has the effect on real models).
 //   kBF16Dot: bf16 (subnormals flushed to zero), two consecutive k of one
 //          column side by side (packed[panel][kk / 2][j][kk % 2], k padded to
 //          even); x is rounded to bf16 too and the products are bf16 dot
@@ -69,13 +77,13 @@ struct PackedMatrix {
     return static_cast<int64_t>((data.size() + scales.size() + code_sums.size()) * sizeof(float));
   }
   // W[row][0..k) as the kernels see it (widened; int8 times its scale,
-  // one fp32 product per element) into out[k].
+  // one fp32 product per element; kW8A8 rotated back by H) into out[k].
   void ReadRow(int64_t row, float* out) const;
 };
 
 // Packs row-major fp32 w[n][k] into `format`: kF32 as is, kBF16 / kF16 rounded
 // to nearest even, kInt8 and kW8A8 quantized per output channel (scale =
-// max|row| / 127, codes rounded to nearest).
+// max|row| / 127, codes rounded to nearest; kW8A8 of the rotated rows).
 PackedMatrix PackWeights(const float* w, int64_t n, int64_t k,
                          WeightFormat format = WeightFormat::kF32);
 // Packs row-major 16-bit w[n][k] without widening: bf16 bit patterns for

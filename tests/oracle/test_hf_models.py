@@ -200,17 +200,35 @@ QUANT_MODES = {
 }
 
 
-def fake_quantize_int8(model):
+def hadamard_rotation(k):
+    """kernels::RotateHeads over one head of k values as a matrix: block
+    diagonal, blocks of the largest power of two dividing k (at most 256),
+    each the normalized Walsh-Hadamard matrix. Symmetric and orthogonal."""
+    block = 1
+    while block < 256 and k % (2 * block) == 0:
+        block *= 2
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < block:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return torch.block_diag(*([h / block ** 0.5] * (k // block))).float()
+
+
+def fake_quantize_int8(model, rotated=False):
     """transformers' model with kvserve's int8 weights, dequantized: every
     linear layer and the lm_head per output channel (scale max|row| / 127,
-    codes rounded half to even); an untied embedding table stays as is."""
+    codes rounded half to even); an untied embedding table stays as is.
+    rotated (w8a8, kernels/cpu/gemm.h): the codes are of W H, and the
+    dequantized weight is Q(W H) H."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() != 2 or name.endswith("embed_tokens.weight") and not p is getattr(
                     model.get_output_embeddings(), "weight", None):
                 continue
-            s = p.abs().amax(dim=1, keepdim=True) / 127
-            p.copy_(torch.clamp(torch.round(p / torch.where(s == 0, 1, s)), -127, 127) * s)
+            h = hadamard_rotation(p.shape[1]) if rotated else None
+            w = p @ h if rotated else p
+            s = w.abs().amax(dim=1, keepdim=True) / 127
+            q = torch.clamp(torch.round(w / torch.where(s == 0, 1, s)), -127, 127) * s
+            p.copy_(q @ h if rotated else q)
 
 
 def fake_round_bf16(model):
@@ -234,14 +252,17 @@ def fake_round_activations_bf16(model):
 
 def fake_quantize_activations(model):
     """Hooks that quantize every linear layer's input as kvserve's w8a8 does:
-    per row, scale max|x| / 127, codes round(x * (127 / max|x|)) half to even,
-    clamped to +-127 (kernels/cpu/gemm_dot.h)."""
+    rotated (H x, kernels/cpu/gemm.h), then per row, scale max|x| / 127, codes
+    round(x * (127 / max|x|)) half to even, clamped to +-127
+    (kernels/cpu/gemm_dot.h); the hook returns H Q(H x), so that with
+    fake_quantize_int8(rotated=True)'s weights the product is Q(W H) Q(H x)."""
     def hook(_module, args):
-        x = args[0]
+        h = hadamard_rotation(args[0].shape[-1])
+        x = args[0] @ h
         amax = x.abs().amax(dim=-1, keepdim=True)
         safe = torch.where(amax == 0, torch.ones_like(amax), amax)
         codes = torch.clamp(torch.round(x * (127.0 / safe)), -127, 127)
-        return (codes * (amax / 127.0),) + tuple(args[1:])
+        return ((codes * (amax / 127.0)) @ h,) + tuple(args[1:])
 
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
@@ -265,7 +286,7 @@ def test_int8_weights_against_transformers(tmp_path, case, quantization):
         fake_round_bf16(emulated)
         fake_round_activations_bf16(emulated)
     else:
-        fake_quantize_int8(emulated)
+        fake_quantize_int8(emulated, rotated=quantization == "w8a8")
     if quantization == "w8a8":
         fake_quantize_activations(emulated)
     rng = np.random.default_rng(5)

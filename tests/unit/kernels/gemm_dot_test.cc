@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/thread_pool.h"
@@ -60,9 +61,12 @@ RowCodes QuantizeRowReference(const float* x, int64_t k) {
   return out;
 }
 
-// The contract, from the int8 weight codes of the plain int8 format.
-std::vector<float> Reference(const std::vector<float>& w, int64_t n, int64_t k,
-                             const std::vector<float>& x, int64_t m, const float* bias) {
+// The contract, from the int8 weight codes of the plain int8 format, of W
+// and x rotated along k (gemm.h).
+std::vector<float> Reference(std::vector<float> w, int64_t n, int64_t k, std::vector<float> x,
+                             int64_t m, const float* bias) {
+  RotateHeads(w.data(), k, n, 1, k, nullptr);
+  RotateHeads(x.data(), k, m, 1, k, nullptr);
   const PackedMatrix q = PackWeights(w.data(), n, k, WeightFormat::kInt8);
   std::vector<float> y(static_cast<size_t>(m * n));
   for (int64_t r = 0; r < m; ++r) {
@@ -189,18 +193,24 @@ TEST(GemmDotTest, W8A8CloseToTheDoubleProduct) {
   ExpectNearDoubleProduct(WeightFormat::kW8A8, 24, 0.02, 0.0);
 }
 
-TEST(GemmDotTest, W8A8ReadRowIsTheInt8FormatsRow) {
+// ReadRow gives W back: the int8 format's row of W H, rotated back by H.
+TEST(GemmDotTest, W8A8ReadRowIsTheInt8RowOfTheRotatedMatrixRotatedBack) {
   std::mt19937 rng(25);
-  const int64_t n = 21, k = 13;
+  const int64_t n = 21, k = 24;  // rotated in blocks of 8
   const std::vector<float> w = Random(n * k, rng);
-  const PackedMatrix a = PackWeights(w.data(), n, k, WeightFormat::kInt8);
+  std::vector<float> rotated = w;
+  RotateHeads(rotated.data(), k, n, 1, k, nullptr);
+  const PackedMatrix a = PackWeights(rotated.data(), n, k, WeightFormat::kInt8);
   const PackedMatrix b = PackWeights(w.data(), n, k, WeightFormat::kW8A8);
-  EXPECT_EQ(b.StorageBytes(), 2 * 16 * 16 + 2 * 32 * 4);  // codes (k padded to 16) + scales + sums
+  // codes (k padded to the 4-deep step) + scales + sums
+  EXPECT_EQ(b.StorageBytes(), 2 * internal::W8A8Depth(k) * 16 + 2 * 32 * 4);
   std::vector<float> ra(k), rb(k);
   for (int64_t r = 0; r < n; ++r) {
     a.ReadRow(r, ra.data());
+    RotateHeads(ra.data(), k, 1, 1, k, nullptr);
     b.ReadRow(r, rb.data());
     ASSERT_TRUE(SameBits(ra, rb)) << r;
+    for (int64_t kk = 0; kk < k; ++kk) ASSERT_NEAR(rb[kk], w[r * k + kk], 0.02) << r << " " << kk;
   }
 }
 
