@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -296,6 +297,42 @@ absl::Status ParseStop(const Json& body, const ModelContext& model, scheduler::S
   return absl::OkStatus();
 }
 
+// "logit_bias": {"<token id>": bias, ...} (JSON keys are strings, as
+// OpenAI's API sends them), each id in the vocabulary, each bias in
+// [-100, 100]; sorted by id for the sampler.
+absl::Status ParseLogitBias(const Json& body, const ModelContext& model,
+                            std::vector<engine::TokenBias>* out) {
+  const Json* v = Field(body, "logit_bias");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_object()) return WrongType("logit_bias", "an object of token id -> bias", *v);
+  out->clear();
+  for (const auto& [key, bias] : v->items()) {
+    const std::string param = absl::StrCat("logit_bias[\"", key, "\"]");
+    const bool digits = !key.empty() && std::all_of(key.begin(), key.end(),
+                                                    [](char c) { return c >= '0' && c <= '9'; });
+    int64_t id = 0;
+    if (!digits || key.size() > 10 || !absl::SimpleAtoi(key, &id)) {
+      return Invalid("logit_bias", absl::StrCat("key \"", key, "\" is not a token id"));
+    }
+    if (id >= model.vocab_size) {
+      return Invalid("logit_bias", absl::StrCat("token id ", id, " outside the vocabulary [0, ",
+                                                model.vocab_size, ")"));
+    }
+    if (!bias.is_number()) return WrongType(param, "a number", bias);
+    out->push_back(engine::TokenBias{.token = static_cast<int32_t>(id),
+                                     .bias = static_cast<float>(bias.get<double>())});
+  }
+  std::sort(out->begin(), out->end(), [](const engine::TokenBias& a, const engine::TokenBias& b) {
+    return a.token < b.token;
+  });
+  for (size_t i = 1; i < out->size(); ++i) {
+    if ((*out)[i - 1].token == (*out)[i].token) {
+      return Invalid("logit_bias", absl::StrCat("token id ", (*out)[i].token, " given twice"));
+    }
+  }
+  return CheckLogitBias(*out, "logit_bias", model.vocab_size);
+}
+
 absl::Status ParseSampling(const Json& body, const ModelContext& model,
                            engine::SamplingParams* sampling, std::optional<uint64_t>* seed) {
   engine::ApplySamplingDefaults(model.defaults, *sampling);
@@ -310,6 +347,7 @@ absl::Status ParseSampling(const Json& body, const ModelContext& model,
   std::optional<int32_t> top_k;
   KVSERVE_RETURN_IF_ERROR(ReadInt(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k));
   if (top_k) sampling->top_k = *top_k;
+  KVSERVE_RETURN_IF_ERROR(ParseLogitBias(body, model, &sampling->logit_bias));
   if (const Json* v = Field(body, "seed"); v != nullptr) {
     if (v->is_number_unsigned()) {
       *seed = v->get<uint64_t>();
@@ -374,9 +412,6 @@ absl::Status CheckUnimplemented(Endpoint endpoint, const Json& body) {
     return v != nullptr && !(v->is_object() && v->empty()) && !(v->is_array() && v->empty()) &&
            !(v->is_string() && v->get<std::string>().empty());
   };
-  if (non_empty("logit_bias")) {
-    return Invalid("logit_bias", "is not implemented: kvserve cannot bias tokens yet");
-  }
   for (const char* key : {"structured_outputs", "guided_json", "guided_regex", "guided_choice",
                           "guided_grammar", "guided_decoding_backend", "prompt_logprobs"}) {
     if (set(key)) return Invalid(key, "is not implemented");

@@ -3,7 +3,8 @@
 // /tokenize and /detokenize, with the byte tokenizer of the builtin models.
 // Properties: nothing throws; a request that parses has non-empty prompts of
 // in-vocabulary ids, at most kMaxChoices choices, stop limits in range,
-// sampling values the engine accepts, min_tokens <= max_tokens; one that does
+// sampling values the engine accepts (logit_bias ids in the vocabulary,
+// ascending), min_tokens <= max_tokens; one that does
 // not maps to a 4xx with a message, and its error JSON is valid JSON.
 //
 // Input: one byte (bit 0-1: endpoint, bit 2: a chat template is loaded),
@@ -85,6 +86,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                              stop);
         }
         KVSERVE_FUZZ_CHECK(p.return_logprobs == r->logprobs, "logprobs");
+        for (const kvserve::engine::TokenBias& b : p.sampling.logit_bias) {
+          KVSERVE_FUZZ_CHECK(b.token >= 0 && b.token < model.vocab_size, std::to_string(b.token));
+        }
       }
       break;
     }

@@ -189,7 +189,6 @@ TEST_F(OpenAiProtocolTest, NullIsAbsentAndUnknownFieldsAreIgnored) {
 // A field the API defines that kvserve does not implement is a 400 naming it
 // unless it holds its no-op value; nothing is silently ignored.
 TEST_F(OpenAiProtocolTest, UnimplementedFieldsAreRejectedByName) {
-  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"1": 2}})"), "logit_bias");
   EXPECT_EQ(Param(R"({"prompt": "hi", "suffix": "x"})"), "suffix");
   EXPECT_EQ(Param(R"({"prompt": "hi", "best_of": 2})"), "best_of");
   EXPECT_EQ(Param(R"({"prompt": "hi", "best_of": 2, "n": 2})"), "<ok>");
@@ -222,9 +221,44 @@ TEST_F(OpenAiProtocolTest, UnimplementedFieldsAreRejectedByName) {
   EXPECT_EQ(Param(chat + R"("continue_final_message": true})", Endpoint::kChat),
             "continue_final_message");
   EXPECT_EQ(Param(chat + R"("continue_final_message": false})", Endpoint::kChat), "<ok>");
-  EXPECT_EQ(Param(chat + R"("logit_bias": {"5": -100}})", Endpoint::kChat), "logit_bias");
   EXPECT_EQ(Param(chat + R"("modalities": ["text", "audio"]})", Endpoint::kChat), "modalities");
   EXPECT_EQ(Param(chat + R"("modalities": ["text"]})", Endpoint::kChat), "<ok>");
+}
+
+TEST_F(OpenAiProtocolTest, LogitBiasIsParsedSortedAndChecked) {
+  auto r = Parse(R"({"prompt": "hi", "logit_bias": {"200": -100, "5": 100, "17": 0.5}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->base.sampling.logit_bias,
+            (std::vector<engine::TokenBias>{{5, 100.0f}, {17, 0.5f}, {200, -100.0f}}));
+  EXPECT_TRUE(r->ParamsFor(0, 1).sampling.logit_bias == r->base.sampling.logit_bias);
+  auto empty = Parse(R"({"prompt": "hi", "logit_bias": {}})");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->base.sampling.logit_bias.empty());
+  // An id outside the vocabulary is a 400 naming the id.
+  auto outside = Parse(R"({"prompt": "hi", "logit_bias": {"258": 1}})");
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.status().message().find("token id 258 outside the vocabulary [0, 258)"),
+            std::string::npos)
+      << outside.status();
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"258": 1}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"99999999999": 1}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"-1": 1}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"a": 1}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {" 5": 1}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"5": 100.5}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"5": -101}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"5": "1"}})"), "logit_bias[\"5\"]");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"5": 1, "05": 2}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": [1, 2]})"), "logit_bias");
+  absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::FromSource(
+      "{% for m in messages %}{{ m.content }}{% endfor %}", nlohmann::json::object());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  model_.chat_template = &*tmpl;
+  auto chat = Parse(R"({"messages": [{"role": "user", "content": "x"}],
+    "logit_bias": {"5": -100}})",
+                    Endpoint::kChat);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->base.sampling.logit_bias, (std::vector<engine::TokenBias>{{5, -100.0f}}));
 }
 
 TEST_F(OpenAiProtocolTest, IntegralFloatsAndLargeSeeds) {

@@ -1,0 +1,140 @@
+"""OpenAI / vLLM request extensions through the daemon (issue 55), by the openai SDK and gRPC:
+  * logit_bias: +100 forces a token, -100 bans it, greedy and seeded, streaming and not,
+    /v1/completions, /v1/chat/completions and gRPC's SamplingParams.logit_bias, the same tokens
+    through both APIs; an id outside the vocabulary is a 400 / INVALID_ARGUMENT naming it.
+"""
+
+from __future__ import annotations
+
+import grpc
+import openai
+import pytest
+
+import kvserve_fixtures as kf
+from kvserve_fixtures import stream, text_request
+from test_openai_http import (MESSAGES, PROMPT, TINY, assert_error, chat_dir,  # noqa: F401
+                              client_for, post)
+
+pb2, _ = kf.pb()
+
+Z = ord("z")  # builtin:tiny's byte tokenizer: ids 0-255 are the bytes
+MODES = [pytest.param(0.0, None, id="greedy"), pytest.param(1.0, 11, id="seeded")]
+
+
+@pytest.fixture(scope="module")
+def daemon(kvserve_module_factory):
+    d = kvserve_module_factory("--http_port=-1")
+    assert d.http_url, d.stdout_text()
+    return d
+
+
+@pytest.fixture(scope="module")
+def chat_daemon(kvserve_module_factory, chat_dir):  # noqa: F811
+    return kvserve_module_factory("--http_port=-1", model=str(chat_dir[0]))
+
+
+def grpc_tokens(d, request, bias: dict[int, float], *, seed, temperature) -> list[int]:
+    request.sampling.temperature = temperature
+    request.sampling.seed = seed or 0
+    for token, b in bias.items():
+        request.sampling.logit_bias[token] = b
+    return stream(d.stub, request).check_ok().token_ids
+
+
+def completion_text(client, bias, *, seed, temperature, stream_it, max_tokens=12, extra=None):
+    out = client.completions.create(
+        model=TINY, prompt=PROMPT, max_tokens=max_tokens, temperature=temperature, seed=seed,
+        logit_bias=bias, stream=stream_it, extra_body={"ignore_eos": True, **(extra or {})})
+    if stream_it:
+        return "".join(c.choices[0].text for c in out if c.choices)
+    return out.choices[0].text
+
+
+@pytest.mark.parametrize("temperature,seed", MODES)
+@pytest.mark.parametrize("stream_it", [False, True], ids=["whole", "stream"])
+def test_completions_plus_100_forces_a_token(daemon, temperature, seed, stream_it):
+    client = client_for(daemon)
+    for extra in ({}, {"top_p": 0.8}, {"top_k": 5}, {"min_p": 0.1}):
+        text = completion_text(client, {str(Z): 100}, seed=seed, temperature=temperature,
+                               stream_it=stream_it, extra=extra)
+        assert text == "z" * 12, (extra, text)
+    ids = grpc_tokens(daemon, text_request(PROMPT, 12, ignore_eos=True), {Z: 100.0},
+                      seed=seed, temperature=temperature)
+    assert ids == [Z] * 12
+
+
+@pytest.mark.parametrize("temperature,seed", MODES)
+@pytest.mark.parametrize("stream_it", [False, True], ids=["whole", "stream"])
+def test_completions_minus_100_bans_tokens(daemon, temperature, seed, stream_it):
+    client = client_for(daemon)
+    req = lambda: text_request(PROMPT, 24, ignore_eos=True)  # noqa: E731
+    free = grpc_tokens(daemon, req(), {}, seed=seed, temperature=temperature)
+    banned = sorted(set(free))[:8]  # the tokens it chose unbiased, up to 8 of them
+    assert banned
+    bias = {t: -100.0 for t in banned}
+    ids = grpc_tokens(daemon, req(), bias, seed=seed, temperature=temperature)
+    assert len(ids) == 24 and not set(ids) & set(banned), (banned, ids)
+    # The HTTP API draws the same tokens from the same request.
+    want = daemon.stub.Detokenize(pb2.DetokenizeRequest(token_ids=ids)).text
+    got = completion_text(client, {str(t): -100 for t in banned}, seed=seed,
+                          temperature=temperature, stream_it=stream_it, max_tokens=24)
+    assert got == want
+
+
+@pytest.mark.parametrize("temperature,seed", MODES)
+@pytest.mark.parametrize("stream_it", [False, True], ids=["whole", "stream"])
+def test_chat_logit_bias_forces_and_bans(chat_daemon, chat_dir, temperature, seed,  # noqa: F811
+                                         stream_it):
+    path, hf = chat_dir
+    client = client_for(chat_daemon)
+    forced = hf.encode(" Paris", add_special_tokens=False)[0]
+    detokenize = lambda ids: chat_daemon.stub.Detokenize(  # noqa: E731
+        pb2.DetokenizeRequest(token_ids=ids)).text
+    out = client.chat.completions.create(
+        model=str(path), messages=MESSAGES, max_tokens=6, temperature=temperature, seed=seed,
+        logit_bias={str(forced): 100}, stream=stream_it, extra_body={"ignore_eos": True})
+    content = ("".join(c.choices[0].delta.content or "" for c in out if c.choices)
+               if stream_it else out.choices[0].message.content)
+    assert content == detokenize([forced] * 6)
+    # Banned: the gRPC request of the same prompt ids with the same bias and
+    # seed draws none of them, and the same tokens as the chat request.
+    ids = post(chat_daemon, "/tokenize", {"messages": MESSAGES}).json()["tokens"]
+    free = grpc_tokens(chat_daemon, kf.ids_request(ids, 10, ignore_eos=True), {},
+                       seed=seed, temperature=temperature)
+    bias = {t: -100.0 for t in set(free)}
+    biased = grpc_tokens(chat_daemon, kf.ids_request(ids, 10, ignore_eos=True), bias,
+                         seed=seed, temperature=temperature)
+    assert not set(biased) & set(free), (free, biased)
+    out = client.chat.completions.create(
+        model=str(path), messages=MESSAGES, max_tokens=10, temperature=temperature, seed=seed,
+        logit_bias={str(t): -100 for t in bias}, stream=stream_it,
+        extra_body={"ignore_eos": True})
+    content = ("".join(c.choices[0].delta.content or "" for c in out if c.choices)
+               if stream_it else out.choices[0].message.content)
+    assert content == detokenize(biased)
+
+
+def test_logit_bias_outside_the_vocabulary_is_400_naming_it(daemon, chat_daemon,
+                                                            chat_dir):  # noqa: F811
+    vocab = daemon.model_info().vocab_size
+    with pytest.raises(openai.BadRequestError) as e:
+        client_for(daemon).completions.create(model=TINY, prompt=PROMPT, max_tokens=2,
+                                              logit_bias={str(vocab): 5})
+    assert e.value.body["param"] == "logit_bias"
+    assert f"token id {vocab} outside the vocabulary" in e.value.body["message"]
+    chat_vocab = chat_daemon.model_info().vocab_size
+    with pytest.raises(openai.BadRequestError) as e:
+        client_for(chat_daemon).chat.completions.create(
+            model=str(chat_dir[0]), messages=MESSAGES, max_tokens=2,
+            logit_bias={str(chat_vocab + 7): -5})
+    assert f"token id {chat_vocab + 7} outside" in e.value.body["message"]
+    for body, param in (({"logit_bias": {"3": 101}}, "logit_bias"),
+                        ({"logit_bias": {"x": 1}}, "logit_bias"),
+                        ({"logit_bias": {"3": "1"}}, 'logit_bias["3"]')):
+        assert_error(post(daemon, "/v1/completions", {"prompt": PROMPT, **body}), 400, param)
+    req = text_request(PROMPT, 2)
+    req.sampling.logit_bias[vocab] = 1.0
+    r = stream(daemon.stub, req)
+    assert r.code == grpc.StatusCode.INVALID_ARGUMENT, r
+    assert r.details == (f"sampling.logit_bias: token id {vocab} outside the vocabulary "
+                         f"[0, {vocab})")
