@@ -468,12 +468,7 @@ absl::Status CheckModel(const Json& body, const ModelContext& model) {
   const Json* m = Field(body, "model");
   if (m == nullptr) return absl::OkStatus();
   if (!m->is_string()) return WrongType("model", "a string", *m);
-  if (m->get<std::string>() != model.model_name) {
-    return absl::NotFoundError(absl::StrCat("model: the model `", m->get<std::string>(),
-                                            "` does not exist; this server serves `",
-                                            model.model_name, "`"));
-  }
-  return absl::OkStatus();
+  return CheckServedModel(m->get<std::string>(), model);
 }
 
 // Throws past nlohmann's parser when the nesting is too deep; caught in
@@ -481,6 +476,20 @@ absl::Status CheckModel(const Json& body, const ModelContext& model) {
 struct TooDeep {};
 
 }  // namespace
+
+absl::Status CheckServedModel(std::string_view name, const ModelContext& model) {
+  if (std::find(model.served_model_names.begin(), model.served_model_names.end(), name) !=
+      model.served_model_names.end()) {
+    return absl::OkStatus();
+  }
+  std::vector<std::string> quoted;
+  for (const std::string& served : model.served_model_names) {
+    quoted.push_back(absl::StrCat("`", served, "`"));
+  }
+  return absl::NotFoundError(absl::StrCat("model: the model `", std::string(name),
+                                          "` does not exist; this server serves ",
+                                          absl::StrJoin(quoted, ", ")));
+}
 
 scheduler::RequestParams GenerationRequest::ParamsFor(int32_t choice, uint64_t random_seed) const {
   scheduler::RequestParams params = base;

@@ -44,6 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kvserve::fuzz::FuzzInput in(data, size);
   const uint8_t flags = in.Byte();
   kvserve::server::http::ModelContext model;
+  model.served_model_names = {"builtin:tiny"};
   model.model_name = "builtin:tiny";
   model.tokenizer = tokenizer.get();
   model.vocab_size = tokenizer->vocab_size();

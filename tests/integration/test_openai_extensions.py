@@ -1,7 +1,10 @@
 """OpenAI / vLLM request extensions through the daemon (issue 55), by the openai SDK and gRPC:
   * logit_bias: +100 forces a token, -100 bans it, greedy and seeded, streaming and not,
     /v1/completions, /v1/chat/completions and gRPC's SamplingParams.logit_bias, the same tokens
-    through both APIs; an id outside the vocabulary is a 400 / INVALID_ARGUMENT naming it.
+    through both APIs; an id outside the vocabulary is a 400 / INVALID_ARGUMENT naming it;
+  * --served_model_name (comma-separated and repeated): /v1/models, GET /v1/models/{id},
+    GetModelInfo.served_model_names, a request's "model" must be one of them (404
+    model_not_found otherwise).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import pytest
 import kvserve_fixtures as kf
 from kvserve_fixtures import stream, text_request
 from test_openai_http import (MESSAGES, PROMPT, TINY, assert_error, chat_dir,  # noqa: F401
-                              client_for, post)
+                              client_for, get, post)
 
 pb2, _ = kf.pb()
 
@@ -138,3 +141,61 @@ def test_logit_bias_outside_the_vocabulary_is_400_naming_it(daemon, chat_daemon,
     assert r.code == grpc.StatusCode.INVALID_ARGUMENT, r
     assert r.details == (f"sampling.logit_bias: token id {vocab} outside the vocabulary "
                          f"[0, {vocab})")
+
+
+# ---------------------------------------------------------------------------
+# --served_model_name and GET /v1/models/{id}.
+
+NAMES = ["tiny-a", "tiny-b", "tiny-c"]
+
+
+@pytest.fixture(scope="module")
+def named_daemon(kvserve_module_factory):
+    # Comma-separated and repeated, as vLLM's --served-model-name takes several.
+    return kvserve_module_factory("--http_port=-1", "--served_model_name=tiny-a,tiny-b",
+                                  "--served_model_name", "tiny-c")
+
+
+def test_served_model_names_are_listed_and_retrievable(named_daemon):
+    client = client_for(named_daemon)
+    models = client.models.list().data
+    assert [m.id for m in models] == NAMES
+    assert all(m.root == TINY and m.object == "model" and m.owned_by == "kvserve"
+               for m in models)
+    for name in NAMES:
+        m = client.models.retrieve(name)
+        assert (m.id, m.root) == (name, TINY)
+        assert m.model_extra["max_model_len"] == named_daemon.model_info().max_model_len
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve(TINY)  # the --model value is not a served name now
+    assert e.value.body["code"] == "model_not_found", e.value.body
+    assert list(named_daemon.model_info().served_model_names) == NAMES
+    assert named_daemon.model_info().model_name == TINY
+
+
+def test_requests_name_a_served_model_or_get_404(named_daemon):
+    client = client_for(named_daemon)
+    for name in NAMES:
+        out = client.completions.create(model=name, prompt=PROMPT, max_tokens=3, temperature=0)
+        assert out.model == NAMES[0] and out.usage.completion_tokens == 3
+    for other in (TINY, "tiny", "tiny-a,tiny-b"):
+        with pytest.raises(openai.NotFoundError) as e:
+            client.completions.create(model=other, prompt=PROMPT, max_tokens=3)
+        assert e.value.body["code"] == "model_not_found", e.value.body
+        assert e.value.body["param"] == "model"
+        assert all(n in e.value.body["message"] for n in NAMES)
+    r = post(named_daemon, "/tokenize", {"model": "nope", "prompt": "x"})
+    assert_error(r, 404, "model")
+
+
+def test_default_name_is_the_model_value_and_escapes_decode(daemon):
+    client = client_for(daemon)
+    assert [m.id for m in client.models.list().data] == [TINY]
+    assert client.models.retrieve(TINY).id == TINY
+    assert list(daemon.model_info().served_model_names) == [TINY]
+    r = get(daemon, "/v1/models/builtin%3Atiny")
+    assert r.status_code == 200 and r.json()["id"] == TINY, r.text
+    err = assert_error(get(daemon, "/v1/models/builtin%3Ahuge"), 404, "model")
+    assert err["code"] == "model_not_found" and "builtin:huge" in err["message"], err
+    r = post(daemon, "/v1/models/builtin:tiny", {})
+    assert r.status_code == 405, r.text

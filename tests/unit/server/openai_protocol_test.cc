@@ -16,6 +16,7 @@ namespace {
 class OpenAiProtocolTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    model_.served_model_names = {"builtin:tiny"};
     model_.model_name = "builtin:tiny";
     model_.tokenizer = tokenizer_.get();
     model_.vocab_size = 258;
@@ -259,6 +260,22 @@ TEST_F(OpenAiProtocolTest, LogitBiasIsParsedSortedAndChecked) {
                     Endpoint::kChat);
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(chat->base.sampling.logit_bias, (std::vector<engine::TokenBias>{{5, -100.0f}}));
+}
+
+TEST_F(OpenAiProtocolTest, ModelMustBeOneOfTheServedNames) {
+  model_.served_model_names = {"a", "b"};
+  model_.model_name = "a";
+  EXPECT_TRUE(Parse(R"({"prompt": "hi", "model": "b"})").ok());
+  EXPECT_TRUE(Parse(R"({"prompt": "hi"})").ok());
+  auto other = Parse(R"({"prompt": "hi", "model": "builtin:tiny"})");
+  ASSERT_FALSE(other.ok());
+  const ApiError e = ToApiError(other.status());
+  EXPECT_EQ(e.http_status, 404);
+  EXPECT_EQ(e.code, "model_not_found");
+  EXPECT_EQ(e.param, "model");
+  EXPECT_NE(e.message.find("`a`, `b`"), std::string::npos) << e.message;
+  EXPECT_TRUE(CheckServedModel("a", model_).ok());
+  EXPECT_EQ(CheckServedModel("c", model_).code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(OpenAiProtocolTest, IntegralFloatsAndLargeSeeds) {
