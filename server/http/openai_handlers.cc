@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/http/openai_generation.h"
+#include "server/http/openai_render.h"
 
 namespace kvserve::server::http {
 namespace {
@@ -61,8 +62,14 @@ std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel
     std::string_view method;
   };
   static constexpr Route kRoutes[] = {
-      {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
-      {"/tokenize", "POST"},       {"/detokenize", "POST"},          {"/health", "GET"},
+      {"/v1/completions", "POST"},
+      {"/v1/chat/completions", "POST"},
+      {"/v1/models", "GET"},
+      {"/tokenize", "POST"},
+      {"/detokenize", "POST"},
+      {"/health", "GET"},
+      {"/v1/completions/render", "POST"},
+      {"/v1/chat/completions/render", "POST"},
   };
   static constexpr Route kModelRoute = {kModelPrefix, "GET"};
   const Route* route = nullptr;
@@ -113,7 +120,11 @@ std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel
   }
   if (path == "/v1/completions") return Generate(Endpoint::kCompletions, request, channel);
   if (path == "/v1/chat/completions") return Generate(Endpoint::kChat, request, channel);
-  if (path == "/v1/models") {
+  if (path == "/v1/completions/render") {
+    Render(Endpoint::kCompletions, request, channel);
+  } else if (path == "/v1/chat/completions/render") {
+    Render(Endpoint::kChat, request, channel);
+  } else if (path == "/v1/models") {
     Models(channel);
   } else if (route == &kModelRoute) {
     Model(path.substr(kModelPrefix.size()), channel);
@@ -138,6 +149,17 @@ std::shared_ptr<Exchange> OpenAiHandler::Generate(Endpoint endpoint, const HttpR
     return nullptr;
   }
   return GenerationCall::Start(state_, model_, *std::move(parsed), channel);
+}
+
+void OpenAiHandler::Render(Endpoint endpoint, const HttpRequest& request,
+                           HttpChannel& channel) const {
+  const std::string_view prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  absl::StatusOr<Json> body = ParseJsonBody(request.body);
+  if (!body.ok()) return RespondError(channel, body.status(), prompt_param);
+  absl::StatusOr<GenerationRequest> parsed = ParseGenerationRequest(endpoint, *body, model_);
+  if (!parsed.ok()) return RespondError(channel, parsed.status(), prompt_param);
+  const std::string id = RandomId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  channel.Respond(200, kJson, Dump(RenderResponse(*parsed, model_, id)));
 }
 
 Json OpenAiHandler::ModelCard(const std::string& id) const {

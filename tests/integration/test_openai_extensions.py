@@ -4,7 +4,9 @@
     through both APIs; an id outside the vocabulary is a 400 / INVALID_ARGUMENT naming it;
   * --served_model_name (comma-separated and repeated): /v1/models, GET /v1/models/{id},
     GetModelInfo.served_model_names, a request's "model" must be one of them (404
-    model_not_found otherwise).
+    model_not_found otherwise);
+  * /v1/completions/render and /v1/chat/completions/render: the prompt ids (those of /tokenize,
+    of transformers, and of the generation's usage) in vLLM's shape, without generating.
 """
 
 from __future__ import annotations
@@ -198,4 +200,71 @@ def test_default_name_is_the_model_value_and_escapes_decode(daemon):
     err = assert_error(get(daemon, "/v1/models/builtin%3Ahuge"), 404, "model")
     assert err["code"] == "model_not_found" and "builtin:huge" in err["message"], err
     r = post(daemon, "/v1/models/builtin:tiny", {})
+    assert r.status_code == 405, r.text
+
+
+# ---------------------------------------------------------------------------
+# POST /v1/completions/render and /v1/chat/completions/render (vLLM's shape).
+
+
+def test_completions_render_gives_each_prompts_ids_without_generating(daemon):
+    before = daemon.metrics()
+    body = {"model": TINY, "prompt": [PROMPT, "Other words"], "max_tokens": 5,
+            "temperature": 0.3, "seed": 4, "logit_bias": {"7": 2}}
+    r = post(daemon, "/v1/completions/render", body)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/json"
+    out = r.json()
+    assert isinstance(out, list) and len(out) == 2
+    for entry, prompt in zip(out, body["prompt"]):
+        tok = post(daemon, "/tokenize", {"prompt": prompt}).json()["tokens"]
+        assert entry["token_ids"] == tok
+        assert entry["model"] == TINY and entry["request_id"].startswith("cmpl-")
+        assert entry["stream"] is False
+        s = entry["sampling_params"]
+        assert (s["max_tokens"], s["temperature"], s["seed"], s["n"]) == (5, 0.3, 4, 1), s
+        assert s["logit_bias"] == {"7": 2.0}
+    # The ids are the prompt a generation sees.
+    gen = client_for(daemon).completions.create(model=TINY, prompt=PROMPT, max_tokens=1)
+    assert gen.usage.prompt_tokens == len(out[0]["token_ids"])
+    ids = post(daemon, "/v1/completions/render", {"prompt": [5, 6, 7]}).json()
+    assert [e["token_ids"] for e in ids] == [[5, 6, 7]]
+    after = daemon.metrics()  # one generation (above), no other engine request
+    assert kf.metric(after, "kvserve_api_requests_total", api="http") == \
+        kf.metric(before, "kvserve_api_requests_total", api="http") + 1
+
+
+def test_chat_render_equals_transformers_and_the_chat_prompt(chat_daemon, chat_dir):  # noqa: F811
+    path, hf = chat_dir
+    from test_openai_http import MESSAGES_AS_STRINGS
+    want = hf.encode(hf.apply_chat_template(MESSAGES_AS_STRINGS, tokenize=False,
+                                            add_generation_prompt=True),
+                     add_special_tokens=False)
+    r = post(chat_daemon, "/v1/chat/completions/render",
+             {"model": str(path), "messages": MESSAGES, "stream": True,
+              "stream_options": {"include_usage": True}})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert isinstance(out, dict)
+    assert out["token_ids"] == want
+    assert out["request_id"].startswith("chatcmpl-") and out["features"] is None
+    assert out["stream"] is True and out["stream_options"]["include_usage"] is True
+    gen = client_for(chat_daemon).chat.completions.create(model=str(path), messages=MESSAGES,
+                                                          max_tokens=1)
+    assert gen.usage.prompt_tokens == len(want)
+
+
+def test_render_errors_are_the_endpoints_errors(daemon, chat_daemon):
+    err = assert_error(post(daemon, "/v1/completions/render", {"model": "nope", "prompt": "x"}),
+                       404, "model")
+    assert err["code"] == "model_not_found"
+    assert_error(post(daemon, "/v1/completions/render", {"prompt": "x", "temperature": -1}),
+                 400, "temperature")
+    assert_error(post(daemon, "/v1/completions/render", {}), 400, "prompt")
+    assert_error(post(daemon, "/v1/chat/completions/render",
+                      {"messages": [{"role": "user", "content": "hi"}]}), 400, "messages")
+    assert_error(post(chat_daemon, "/v1/chat/completions/render", {"messages": []}), 400,
+                 "messages")
+    assert_error(post(daemon, "/v1/completions/render", "{not json"), 400, "body")
+    r = get(daemon, "/v1/completions/render")
     assert r.status_code == 405, r.text
