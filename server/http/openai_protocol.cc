@@ -249,6 +249,22 @@ absl::StatusOr<std::vector<int32_t>> RenderMessages(const Json& body, const Mode
     inputs.extra_context = *kwargs;
   }
   KVSERVE_RETURN_IF_ERROR(ReadBool(body, "add_generation_prompt", &inputs.add_generation_prompt));
+  KVSERVE_RETURN_IF_ERROR(ReadBool(body, "continue_final_message", &inputs.continue_final_message));
+  if (inputs.continue_final_message) {
+    // vLLM's rules (transformers' for the second): the final message is the
+    // assistant's, and no new turn is opened after it.
+    const Json* role = Field(messages->back(), "role");
+    if (!(*role == "assistant")) {
+      return Invalid("continue_final_message",
+                     absl::StrCat("needs the last message to be the assistant's, got role \"",
+                                  role->get<std::string>(), "\""));
+    }
+    if (inputs.add_generation_prompt) {
+      return Invalid("continue_final_message",
+                     "cannot be true with add_generation_prompt true (its default); send "
+                     "\"add_generation_prompt\": false");
+    }
+  }
   absl::StatusOr<std::string> text = model.chat_template->Render(inputs);
   if (!text.ok()) return Invalid("messages", std::string(text.status().message()));
   absl::StatusOr<std::vector<int32_t>> ids =
@@ -450,9 +466,6 @@ absl::Status CheckUnimplemented(Endpoint endpoint, const Json& body) {
   if (non_empty("functions") || set("function_call")) {
     return Invalid(non_empty("functions") ? "functions" : "function_call",
                    "function calling is not implemented");
-  }
-  if (const Json* cont = Field(body, "continue_final_message"); cont != nullptr && *cont == true) {
-    return Invalid("continue_final_message", "is not implemented");
   }
   for (const char* key : {"audio", "prediction", "web_search_options"}) {
     if (set(key)) return Invalid(key, "is not implemented");

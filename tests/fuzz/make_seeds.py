@@ -175,6 +175,10 @@ def openai_requests() -> dict[str, bytes]:
         (4 | 1, "chat_logit_bias", lambda: client.chat.completions.create(
             model="builtin:tiny", messages=[{"role": "user", "content": "hi"}], temperature=0,
             logit_bias={"120": 2.5, "0x1": 1})),
+        (4 | 1, "chat_continue_final_message", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=[{"role": "user", "content": "hi"},
+                                            {"role": "assistant", "content": "Hello, I"}],
+            extra_body={"continue_final_message": True, "add_generation_prompt": False})),
         (1, "chat_no_template", lambda: client.chat.completions.create(
             model="builtin:tiny", messages=[{"role": "user", "content": "hi"}])),
     ]

@@ -6,7 +6,9 @@
     GetModelInfo.served_model_names, a request's "model" must be one of them (404
     model_not_found otherwise);
   * /v1/completions/render and /v1/chat/completions/render: the prompt ids (those of /tokenize,
-    of transformers, and of the generation's usage) in vLLM's shape, without generating.
+    of transformers, and of the generation's usage) in vLLM's shape, without generating;
+  * continue_final_message: the final assistant message left open, exactly transformers' ids;
+    a 400 with add_generation_prompt, or when the last message is not the assistant's.
 """
 
 from __future__ import annotations
@@ -268,3 +270,58 @@ def test_render_errors_are_the_endpoints_errors(daemon, chat_daemon):
     assert_error(post(daemon, "/v1/completions/render", "{not json"), 400, "body")
     r = get(daemon, "/v1/completions/render")
     assert r.status_code == 405, r.text
+
+
+# ---------------------------------------------------------------------------
+# continue_final_message (assistant prefill), rendered as transformers renders it.
+
+PREFILL = [{"role": "system", "content": "Be brief."},
+           {"role": "user", "content": "What is the capital of France?"},
+           {"role": "assistant", "content": "The capital of France is"}]
+
+
+def test_continue_final_message_renders_transformers_ids_and_continues(chat_daemon,
+                                                                      chat_dir):  # noqa: F811
+    path, hf = chat_dir
+    want_text = hf.apply_chat_template(PREFILL, tokenize=False, add_generation_prompt=False,
+                                       continue_final_message=True)
+    assert want_text.endswith("The capital of France is")  # the turn is left open
+    want = hf.encode(want_text, add_special_tokens=False)
+    body = {"model": str(path), "messages": PREFILL, "continue_final_message": True,
+            "add_generation_prompt": False}
+    assert post(chat_daemon, "/v1/chat/completions/render", body).json()["token_ids"] == want
+    assert post(chat_daemon, "/tokenize", body).json()["tokens"] == want
+    client = client_for(chat_daemon)
+    out = client.chat.completions.create(
+        model=str(path), messages=PREFILL, max_tokens=6, temperature=0,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False,
+                    "ignore_eos": True})
+    assert out.usage.prompt_tokens == len(want)
+    # The continuation is what the gRPC API generates from those ids.
+    ref = stream(chat_daemon.stub, kf.ids_request(want, 6, ignore_eos=True)).check_ok()
+    assert out.choices[0].message.content == ref.text
+    # Closed, the same conversation is longer: the template's end of turn.
+    closed = hf.encode(hf.apply_chat_template(PREFILL, tokenize=False), add_special_tokens=False)
+    assert closed[:len(want)] == want and len(closed) > len(want)
+
+
+@pytest.mark.parametrize("extra,why", [
+    ({"continue_final_message": True}, "add_generation_prompt"),  # its default is true
+    ({"continue_final_message": True, "add_generation_prompt": True}, "add_generation_prompt"),
+])
+def test_continue_final_message_with_a_generation_prompt_is_400(chat_daemon, chat_dir,  # noqa: F811
+                                                                extra, why):
+    with pytest.raises(openai.BadRequestError) as e:
+        client_for(chat_daemon).chat.completions.create(
+            model=str(chat_dir[0]), messages=PREFILL, max_tokens=2, extra_body=extra)
+    assert e.value.body["param"] == "continue_final_message"
+    assert why in e.value.body["message"]
+
+
+def test_continue_final_message_needs_an_assistant_message_last(chat_daemon, chat_dir):  # noqa: F811
+    with pytest.raises(openai.BadRequestError) as e:
+        client_for(chat_daemon).chat.completions.create(
+            model=str(chat_dir[0]), messages=MESSAGES, max_tokens=2,
+            extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    assert e.value.body["param"] == "continue_final_message"
+    assert 'role "user"' in e.value.body["message"]

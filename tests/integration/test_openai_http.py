@@ -637,7 +637,6 @@ TOOLS = [{"type": "function", "function": {
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
      "tools"),
     ({"extra_body": {"guided_json": {"type": "object"}}}, "guided_json"),
-    ({"extra_body": {"continue_final_message": True}}, "continue_final_message"),
 ])
 def test_unimplemented_chat_fields_are_400(chat_daemon, chat_dir, kwargs, param):
     client = client_for(chat_daemon)

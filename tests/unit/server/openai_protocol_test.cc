@@ -262,6 +262,43 @@ TEST_F(OpenAiProtocolTest, LogitBiasIsParsedSortedAndChecked) {
   EXPECT_EQ(chat->base.sampling.logit_bias, (std::vector<engine::TokenBias>{{5, -100.0f}}));
 }
 
+TEST_F(OpenAiProtocolTest, ContinueFinalMessageLeavesTheAssistantTurnOpen) {
+  absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::FromSource(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}</>{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}",
+      nlohmann::json::object());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  model_.chat_template = &*tmpl;
+  const std::string prefill =
+      R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "ab"}], )";
+  auto r = Parse(prefill + R"("continue_final_message": true, "add_generation_prompt": false})",
+                 Endpoint::kChat);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<int32_t> want;
+  for (char c : std::string("<user>x</><assistant>ab")) want.push_back(c);
+  EXPECT_EQ(r->prompts[0], want);
+  // add_generation_prompt defaults to true: both true is a 400 (transformers').
+  EXPECT_EQ(Param(prefill + R"("continue_final_message": true})", Endpoint::kChat),
+            "continue_final_message");
+  EXPECT_EQ(Param(prefill + R"("continue_final_message": true, "add_generation_prompt": true})",
+                  Endpoint::kChat),
+            "continue_final_message");
+  // The last message must be the assistant's.
+  EXPECT_EQ(Param(R"({"messages": [{"role": "user", "content": "x"}],
+    "continue_final_message": true, "add_generation_prompt": false})",
+                  Endpoint::kChat),
+            "continue_final_message");
+  EXPECT_EQ(Param(prefill + R"("continue_final_message": 1})", Endpoint::kChat),
+            "continue_final_message");
+  // /tokenize renders the same prompt.
+  absl::StatusOr<Json> body =
+      ParseJsonBody(prefill + R"("continue_final_message": true, "add_generation_prompt": false})");
+  ASSERT_TRUE(body.ok());
+  auto ids = ParseTokenizeRequest(*body, model_);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, want);
+}
+
 TEST_F(OpenAiProtocolTest, ModelMustBeOneOfTheServedNames) {
   model_.served_model_names = {"a", "b"};
   model_.model_name = "a";
