@@ -156,6 +156,14 @@ void OpenAiHandler::Render(Endpoint endpoint, const HttpRequest& request,
   const std::string_view prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
   absl::StatusOr<Json> body = ParseJsonBody(request.body);
   if (!body.ok()) return RespondError(channel, body.status(), prompt_param);
+  // vLLM's render-only options kvserve does not compute: refused by name
+  // rather than answered without them.
+  for (const char* key : {"return_token_offsets", "return_assistant_tokens_mask"}) {
+    if (const auto it = body->find(key); it != body->end() && *it == true) {
+      return RespondError(channel,
+                          absl::InvalidArgumentError(absl::StrCat(key, ": is not implemented")));
+    }
+  }
   absl::StatusOr<GenerationRequest> parsed = ParseGenerationRequest(endpoint, *body, model_);
   if (!parsed.ok()) return RespondError(channel, parsed.status(), prompt_param);
   const std::string id = RandomId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");

@@ -268,6 +268,10 @@ def test_render_errors_are_the_endpoints_errors(daemon, chat_daemon):
     assert_error(post(chat_daemon, "/v1/chat/completions/render", {"messages": []}), 400,
                  "messages")
     assert_error(post(daemon, "/v1/completions/render", "{not json"), 400, "body")
+    for key in ("return_token_offsets", "return_assistant_tokens_mask"):
+        assert_error(post(daemon, "/v1/completions/render", {"prompt": "x", key: True}), 400, key)
+    r = post(daemon, "/v1/completions/render", {"prompt": "x", "return_token_offsets": False})
+    assert r.status_code == 200, r.text
     r = get(daemon, "/v1/completions/render")
     assert r.status_code == 405, r.text
 
