@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "chat/jinja/filters.h"
 #include "chat/jinja/template.h"
 
 namespace kvserve::chat {
@@ -98,6 +99,58 @@ absl::StatusOr<Json> PrepareMessages(const Json& messages) {
     out.push_back(std::move(msg));
   }
   return out;
+}
+
+// continue_final_message, as transformers' render_jinja_template does it: the
+// final message's content (its last text part, for a list) gets this tag
+// appended before rendering, and the rendered text is cut where the tag
+// starts, so the template's end-of-turn suffix after the content is dropped.
+constexpr std::string_view kContinueTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+// Tags the final message in place; returns its text before tagging.
+absl::StatusOr<std::string> TagFinalMessage(const std::string& source, Json& messages) {
+  Json& last = messages.back();
+  const auto content = last.find("content");
+  if (content == last.end()) {
+    return absl::InvalidArgumentError(
+        "continue_final_message is set but the final message has no \"content\" to continue");
+  }
+  if (source.find("content") == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message is set but the chat template never reads \"content\"");
+  }
+  if (content->is_string()) {
+    std::string text = content->get<std::string>();
+    *content = text + std::string(kContinueTag);
+    return text;
+  }
+  if (content->is_array()) {
+    for (auto part = content->rbegin(); part != content->rend(); ++part) {
+      const auto text = part->is_object() ? part->find("text") : part->end();
+      if (part->is_object() && text != part->end() && text->is_string()) {
+        std::string original = text->get<std::string>();
+        *text = original + std::string(kContinueTag);
+        return original;
+      }
+    }
+  }
+  return absl::InvalidArgumentError(
+      "continue_final_message is set but the final message has no text to continue");
+}
+
+// The rendered text up to the tag (and, where the template trimmed the
+// space the tag carries, without the whitespace before it).
+absl::StatusOr<std::string> CutAtTag(const std::string& rendered, const std::string& final_text) {
+  const std::string bare_tag = jinja::Strip(std::string(kContinueTag), std::nullopt, true, true);
+  const std::string stripped = jinja::Strip(final_text, std::nullopt, true, true);
+  const size_t tag = rendered.rfind(bare_tag);
+  if (tag == std::string::npos || rendered.find(stripped) == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message is set but the final message does not appear in the chat after "
+        "applying the chat template (the template deletes parts of it)");
+  }
+  if (rendered.compare(tag, kContinueTag.size(), kContinueTag) == 0) return rendered.substr(0, tag);
+  return jinja::Strip(rendered.substr(0, tag), std::nullopt, false, true);
 }
 
 }  // namespace
@@ -211,6 +264,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& input
   ordered.messages = Json(inputs.messages);
   ordered.tools = Json(inputs.tools);
   ordered.add_generation_prompt = inputs.add_generation_prompt;
+  ordered.continue_final_message = inputs.continue_final_message;
   ordered.extra_context = Json(inputs.extra_context);
   return Render(ordered);
 }
@@ -218,6 +272,11 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& input
 absl::StatusOr<std::string> ChatTemplate::Render(const OrderedChatTemplateInputs& inputs) const {
   absl::StatusOr<Json> messages = PrepareMessages(inputs.messages);
   if (!messages.ok()) return messages.status();
+  if (inputs.continue_final_message && inputs.add_generation_prompt) {
+    return absl::InvalidArgumentError(
+        "continue_final_message and add_generation_prompt are not compatible: the first continues "
+        "the final message, the second opens a new one");
+  }
   if (!inputs.tools.is_null() && !inputs.tools.is_array()) {
     return absl::InvalidArgumentError("tools must be an array");
   }
@@ -241,11 +300,21 @@ absl::StatusOr<std::string> ChatTemplate::Render(const OrderedChatTemplateInputs
   context["add_generation_prompt"] = inputs.add_generation_prompt;
   const bool use_tool_template = compiled_->tool_use.has_value() && !inputs.tools.is_null();
   const jinja::Template& tmpl = use_tool_template ? compiled_->tool_use->second : compiled_->tmpl;
+  std::string final_text;
+  if (inputs.continue_final_message) {
+    absl::StatusOr<std::string> text = TagFinalMessage(
+        use_tool_template ? compiled_->tool_use->first : compiled_->source, context["messages"]);
+    if (!text.ok()) return text.status();
+    final_text = *std::move(text);
+  }
+  std::string rendered;
   try {
-    return tmpl.Render(std::move(context));
+    rendered = tmpl.Render(std::move(context));
   } catch (const jinja::Error& e) {
     return ToStatus(e, "chat template");
   }
+  if (!inputs.continue_final_message) return rendered;
+  return CutAtTag(rendered, final_text);
 }
 
 }  // namespace kvserve::chat

@@ -26,6 +26,10 @@ struct ChatTemplateInputs {
   nlohmann::json messages = nlohmann::json::array();
   nlohmann::json tools;  // null (absent) or an array of tool definitions
   bool add_generation_prompt = true;
+  // Leave the final message open (transformers' continue_final_message):
+  // the text is cut where the final message's content ends, dropping the
+  // end-of-turn the template writes after it. Not with add_generation_prompt.
+  bool continue_final_message = false;
   // Extra top-level variables (chat_template_kwargs); an object or null.
   nlohmann::json extra_context;
 };
@@ -38,6 +42,7 @@ struct OrderedChatTemplateInputs {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;
   bool add_generation_prompt = true;
+  bool continue_final_message = false;
   nlohmann::ordered_json extra_context;
 };
 

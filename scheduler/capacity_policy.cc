@@ -60,6 +60,18 @@ absl::Status CapacityPolicy::CheckSubmission(const RequestParams& params) const 
     return absl::InvalidArgumentError("stop_strings: the model has no tokenizer");
   }
   KVSERVE_RETURN_IF_ERROR(params.sampling.Validate());
+  if (!params.sampling.logit_bias.empty()) {
+    if (!limits_.supports_logit_bias) {
+      return absl::InvalidArgumentError(
+          "logit_bias: not applied by this backend's device sampler (serve on the cpu backend)");
+    }
+    // Validate() checked the order, so the last id is the largest.
+    const int32_t last = params.sampling.logit_bias.back().token;
+    if (last >= limits_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logit_bias: token id ", last, " outside the vocabulary [0, ", limits_.vocab_size, ")"));
+    }
+  }
   if (prompt_len + stop.max_tokens > limits_.max_model_len) {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt_tokens + max_tokens: ", prompt_len, " + ", stop.max_tokens,

@@ -35,6 +35,9 @@ struct CapacityLimits {
   int32_t block_size = 16;
   int32_t vocab_size = 0;
   bool has_tokenizer = false;  // stop strings need one
+  // false when the runner samples on its device, whose sampler (the cuda
+  // backend's) does not apply logit_bias: such requests are refused by name.
+  bool supports_logit_bias = true;
   int32_t max_waiting_requests = 1024;
   int64_t max_waiting_tokens = int64_t{1} << 22;
 };

@@ -15,7 +15,9 @@ KvCacheConfig KvConfig(const EngineConfig& c) {
                        .hash_key = c.hash_key};
 }
 
-SchedulerConfig MakeSchedulerConfig(const EngineConfig& c, const ModelInfo& m) {
+SchedulerConfig MakeSchedulerConfig(const EngineConfig& c, const ModelInfo& m,
+                                    const StepRunner* runner) {
+  KVSERVE_CHECK(runner != nullptr);
   SchedulerConfig s;
   s.batch = c.batch;
   s.capacity = CapacityLimits{.max_model_len = c.max_model_len > 0
@@ -25,6 +27,7 @@ SchedulerConfig MakeSchedulerConfig(const EngineConfig& c, const ModelInfo& m) {
                               .block_size = c.block_size,
                               .vocab_size = m.vocab_size,
                               .has_tokenizer = m.tokenizer != nullptr,
+                              .supports_logit_bias = !runner->SamplesOnDevice(),
                               .max_waiting_requests = c.max_waiting_requests,
                               .max_waiting_tokens = c.max_waiting_tokens};
   s.eos_token_ids = m.eos_token_ids;
@@ -53,8 +56,7 @@ EngineCore::EngineCore(const EngineConfig& config, const ModelInfo& model,
                        std::unique_ptr<StepRunner> runner)
     : kv_(KvConfig(config)),
       runner_(std::move(runner)),
-      scheduler_(MakeSchedulerConfig(config, model), &kv_, model.tokenizer) {
-  KVSERVE_CHECK(runner_ != nullptr);
+      scheduler_(MakeSchedulerConfig(config, model, runner_.get()), &kv_, model.tokenizer) {
   scheduler_.set_sampling_pool(runner_->HostPool());
 }
 

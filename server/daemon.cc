@@ -93,6 +93,7 @@ v1::GetModelInfoResponse MakeModelInfo(const ServerConfig& c, const engine::Mode
                                        const std::string& backend) {
   v1::GetModelInfoResponse info;
   info.set_model_name(model.name);
+  for (const std::string& name : ServedNames(c)) info.add_served_model_names(name);
   info.set_architecture(model.config.architecture);
   info.set_max_model_len(engine.max_model_len);
   info.set_vocab_size(static_cast<int32_t>(model.config.vocab_size));
@@ -269,7 +270,9 @@ int RunDaemon(const ServerConfig& config) {
         LoadChatTemplate(config, &http_model.chat_template_error);
     if (!loaded_template.ok()) return StartupFailed(loaded_template.status());
     chat_template = *std::move(loaded_template);
-    http_model.model_name = model.name;
+    http_model.served_model_names = ServedNames(config);
+    http_model.model_name = http_model.served_model_names.front();
+    http_model.model_root = model.name;
     http_model.tokenizer = model.tokenizer.get();
     http_model.vocab_size = static_cast<int32_t>(model.config.vocab_size);
     http_model.max_model_len = engine_config.max_model_len;

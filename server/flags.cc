@@ -1,8 +1,12 @@
 // The daemon's flags (Abseil). `kvserve --help` prints these texts.
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "server/server_config.h"
 
@@ -28,6 +32,10 @@ ABSL_FLAG(std::string, model, "builtin:tiny",
           "builtin:tiny, builtin:small, builtin:llama3-8b (CUDA only), or a Hugging Face "
           "checkpoint directory (config.json, "
           "*.safetensors, tokenizer.json or tokenizer.model).");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Names the APIs serve the model under (HTTP /v1/models, a request's \"model\", "
+          "GetModelInfo): one or more, comma-separated or the flag repeated; the first is the "
+          "\"model\" of every response. Empty: the --model value.");
 ABSL_FLAG(std::string, backend, "auto",
           "auto, cpu or cuda. auto uses CUDA when this build has it and a GPU is present.");
 ABSL_FLAG(int32_t, num_kv_blocks, 0,
@@ -100,7 +108,33 @@ ABSL_FLAG(bool, log_requests, true, "Log one line per finished request.");
 
 namespace kvserve::server {
 
-absl::StatusOr<ServerConfig> ConfigFromFlags() {
+namespace {
+
+// Every --served_model_name occurrence in argv, in order (Abseil keeps only
+// the last one of a repeated flag; vLLM's --served-model-name takes several
+// names), each split at commas; an empty value is the default.
+std::vector<std::string> ServedModelNames(std::span<char* const> argv) {
+  std::vector<std::string> names;
+  const auto add = [&](absl::string_view value) {
+    if (value.empty()) return;  // --served_model_name= : the default
+    for (absl::string_view name : absl::StrSplit(value, ',')) names.emplace_back(name);
+  };
+  for (size_t i = 1; i < argv.size(); ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--")) absl::ConsumePrefix(&arg, "-");
+    if (arg == "served_model_name" && i + 1 < argv.size()) {
+      add(argv[++i]);
+    } else if (absl::ConsumePrefix(&arg, "served_model_name=")) {
+      add(arg);
+    }
+  }
+  return names;
+}
+
+}  // namespace
+
+absl::StatusOr<ServerConfig> ConfigFromFlags(std::span<char* const> argv) {
   ServerConfig c;
   c.host = absl::GetFlag(FLAGS_host);
   c.port = absl::GetFlag(FLAGS_port);
@@ -110,6 +144,13 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.http_io_threads = absl::GetFlag(FLAGS_http_io_threads);
   c.chat_template = absl::GetFlag(FLAGS_chat_template);
   c.model = absl::GetFlag(FLAGS_model);
+  c.served_model_names = ServedModelNames(argv);
+  if (c.served_model_names.empty() && !absl::GetFlag(FLAGS_served_model_name).empty()) {
+    // Set without argv (e.g. a --flagfile): its last value.
+    for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_served_model_name), ',')) {
+      c.served_model_names.emplace_back(name);
+    }
+  }
   c.backend = absl::GetFlag(FLAGS_backend);
   c.num_kv_blocks = absl::GetFlag(FLAGS_num_kv_blocks);
   c.kv_cache_memory_mb = absl::GetFlag(FLAGS_kv_cache_memory_mb);

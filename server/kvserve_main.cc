@@ -1,6 +1,7 @@
 // kvserve: the inference server daemon. `kvserve --help` lists the flags.
 #include <csignal>
 #include <cstdio>
+#include <span>
 #include <string>
 
 #include "absl/flags/parse.h"
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvserve: unexpected argument \"%s\" (see --help)\n", positional[1]);
     return 2;
   }
-  absl::StatusOr<kvserve::server::ServerConfig> config = kvserve::server::ConfigFromFlags();
+  absl::StatusOr<kvserve::server::ServerConfig> config =
+      kvserve::server::ConfigFromFlags(std::span<char* const>(argv, static_cast<size_t>(argc)));
   if (!config.ok()) {
     std::fprintf(stderr, "kvserve: %s\n", std::string(config.status().message()).c_str());
     return 2;

@@ -2,6 +2,8 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
+#include <span>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +58,14 @@ void ConvertSampling(const v1::SamplingParams& in, const engine::SamplingDefault
   out->presence_penalty = in.presence_penalty();
   out->frequency_penalty = in.frequency_penalty();
   out->seed = in.seed();
+  // Map order is unspecified; the sampler takes ascending ids.
+  out->logit_bias.clear();
+  for (const auto& [token, bias] : in.logit_bias()) {
+    out->logit_bias.push_back(engine::TokenBias{.token = token, .bias = bias});
+  }
+  std::sort(
+      out->logit_bias.begin(), out->logit_bias.end(),
+      [](const engine::TokenBias& a, const engine::TokenBias& b) { return a.token < b.token; });
 }
 
 }  // namespace
@@ -90,6 +100,22 @@ absl::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
                            std::string_view field, int32_t vocab_size) {
   return CheckTokenIds(std::span<const int32_t>(ids.data(), static_cast<size_t>(ids.size())), field,
                        vocab_size);
+}
+
+absl::Status CheckLogitBias(std::span<const engine::TokenBias> logit_bias, std::string_view field,
+                            int32_t vocab_size) {
+  for (const engine::TokenBias& entry : logit_bias) {
+    if (entry.token < 0 || entry.token >= vocab_size) {
+      return Invalid(field, absl::StrCat("token id ", entry.token, " outside the vocabulary [0, ",
+                                         vocab_size, ")"));
+    }
+    if (!(entry.bias >= -engine::kMaxLogitBias && entry.bias <= engine::kMaxLogitBias)) {
+      return Invalid(field, absl::StrCat("bias of token ", entry.token, " must be in [",
+                                         -engine::kMaxLogitBias, ", ", engine::kMaxLogitBias,
+                                         "], got ", entry.bias));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckStopStrings(std::span<const std::string> stops,
@@ -143,6 +169,8 @@ absl::StatusOr<scheduler::RequestParams> ToRequestParams(const v1::GenerateReque
       return Invalid("prompt", "set either text or token_ids");
   }
   ConvertSampling(request.sampling(), defaults, &params.sampling);
+  KVSERVE_RETURN_IF_ERROR(
+      CheckLogitBias(params.sampling.logit_bias, "sampling.logit_bias", vocab_size));
   if (request.has_logprobs()) {
     if (request.logprobs() < 0 || request.logprobs() > engine::kMaxLogprobs) {
       return Invalid("logprobs", absl::StrCat("must be in [0, ", engine::kMaxLogprobs, "], got ",

@@ -53,6 +53,11 @@ absl::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
                            std::string_view field, int32_t vocab_size);
 absl::Status CheckTokenIds(std::span<const int32_t> ids, std::string_view field,
                            int32_t vocab_size);
+// logit_bias entries, as both APIs take them: each id inside the vocabulary,
+// each bias in [-engine::kMaxLogitBias, engine::kMaxLogitBias]. Errors name
+// `field` and the token id.
+absl::Status CheckLogitBias(std::span<const engine::TokenBias> logit_bias, std::string_view field,
+                            int32_t vocab_size);
 // Stop strings, as both APIs take them: at most kMaxStopStrings, each
 // non-empty, valid UTF-8 and at most kMaxStopStringBytes; a model without a
 // tokenizer takes none. Errors name "<field>[i]".

@@ -97,6 +97,16 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   if (c.host.empty()) return Bad("host", "empty");
   if (c.metrics_host.empty()) return Bad("metrics_host", "empty");
   if (c.model.empty()) return Bad("model", "empty");
+  for (size_t i = 0; i < c.served_model_names.size(); ++i) {
+    const std::string& name = c.served_model_names[i];
+    if (name.empty())
+      return Bad("served_model_name", "an empty name (two commas, or a trailing one)");
+    for (size_t j = 0; j < i; ++j) {
+      if (c.served_model_names[j] == name) {
+        return Bad("served_model_name", absl::StrCat("\"", name, "\" given twice"));
+      }
+    }
+  }
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     return Bad(c.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
                "TLS needs both --tls_cert_file and --tls_key_file");
@@ -105,6 +115,11 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return Bad("tls_client_ca_file", "mTLS needs --tls_cert_file and --tls_key_file too");
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> ServedNames(const ServerConfig& config) {
+  if (config.served_model_names.empty()) return {config.model};
+  return config.served_model_names;
 }
 
 }  // namespace kvserve::server

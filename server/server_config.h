@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,6 +26,9 @@ struct ServerConfig {
   std::string chat_template;
 
   std::string model = "builtin:tiny";
+  // The names the APIs serve the model under; the first is the "model" of
+  // every HTTP response. Empty: the model value alone.
+  std::vector<std::string> served_model_names;
   std::string backend = "auto";  // auto | cpu | cuda
 
   int32_t num_kv_blocks = 0;         // 0: from kv_cache_memory_mb
@@ -73,7 +78,13 @@ absl::Status ValidateConfig(const ServerConfig& config);
 // NotFound "--<flag>: cannot read <path>" when it cannot be read.
 absl::StatusOr<std::string> ReadFlagFile(const std::string& path, const char* flag);
 
-// The config from the parsed command-line flags, validated.
-absl::StatusOr<ServerConfig> ConfigFromFlags();
+// The config from the parsed command-line flags, validated. argv (the
+// command line as main got it) supplies every occurrence of the flags that
+// may be repeated (--served_model_name); without it, their last value.
+absl::StatusOr<ServerConfig> ConfigFromFlags(std::span<char* const> argv = {});
+
+// The names a config serves its model under: served_model_names, or the
+// model value when none is given.
+std::vector<std::string> ServedNames(const ServerConfig& config);
 
 }  // namespace kvserve::server

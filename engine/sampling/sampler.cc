@@ -425,6 +425,7 @@ class SamplerImpl {
                           std::span<const int32_t> output_tokens, SamplerScratch& scratch);
 
  private:
+  static void ApplyLogitBias(std::span<const TokenBias> logit_bias, SamplerScratch& scratch);
   static void ApplyPenalties(const SamplingParams& params, std::span<const int32_t> prompt_tokens,
                              std::span<const int32_t> output_tokens, SamplerScratch& scratch);
   // Steps 3-7 on the penalised row; u is the uniform for this position.
@@ -455,6 +456,7 @@ SampleResult SamplerImpl::Run(std::span<const float> logits, const SamplingParam
     entry.logprob = LogProb(row[entry.token], log_sum_exp);
   }
 
+  ApplyLogitBias(params.logit_bias, scratch);
   ApplyPenalties(params, prompt_tokens, output_tokens, scratch);
   if (params.temperature < kGreedyTemperature) {
     result.token = Argmax(row);
@@ -464,6 +466,17 @@ SampleResult SamplerImpl::Run(std::span<const float> logits, const SamplingParam
   result.logprob = params.logprobs ? LogProb(Sanitize(logits[result.token]), log_sum_exp)
                                    : std::numeric_limits<float>::quiet_NaN();
   return result;
+}
+
+void SamplerImpl::ApplyLogitBias(std::span<const TokenBias> logit_bias, SamplerScratch& scratch) {
+  std::vector<float>& row = scratch.logits_;
+  for (const TokenBias& entry : logit_bias) {
+    if (!InVocab(entry.token, row.size())) continue;
+    float& l = row[entry.token];
+    // A masked logit stays masked (-inf + bias); the largest float plus a
+    // positive bias stays finite.
+    if (l != kNegInf) l = std::clamp(l + entry.bias, -kMaxFloat, kMaxFloat);
+  }
 }
 
 void SamplerImpl::ApplyPenalties(const SamplingParams& params,

@@ -1,13 +1,16 @@
 // Sampler: turns one row of logits into the next token, vLLM-compatible.
 //
 // Order of processing (all on a private copy of the row):
+//   0. logit_bias: logit += bias for each listed token (before every other
+//      processor, as vLLM and OpenAI apply it); a masked (-inf) logit stays
+//      masked and the sum is kept finite;
 //   1. repetition penalty over the distinct tokens of prompt + output (each
 //      token once): positive logits divided by it, negative multiplied;
 //   2. frequency and presence penalties over the output tokens:
 //      logit -= frequency_penalty * count_in_output + presence_penalty;
 //   3. temperature;  4. top-k;  5. top-p;  6. min-p;  7. the draw.
 // Temperature below kGreedyTemperature (0 in practice) is greedy: argmax of
-// the *penalised* logits (penalties apply, as in vLLM), lowest id on ties;
+// the *biased and penalised* logits (penalties apply, as in vLLM), lowest id on ties;
 // steps 3-7 are skipped.
 //
 // Rank order: top-k, top-p and min-p each keep a prefix of the tokens ranked
@@ -30,7 +33,7 @@
 // token on any IEEE-754 machine. (Logprobs use std::log and std::exp.)
 //
 // Logprobs are of the raw model distribution (log_softmax of the logits as
-// given, before penalties and temperature), for the chosen token and the
+// given, before logit_bias, penalties and temperature), for the chosen token and the
 // top-N ranked by (raw logit desc, token id asc).
 //
 // Input hygiene (never crashes on these): NaN logits are treated as -inf and
@@ -65,6 +68,14 @@ inline constexpr float kMaxTemperature = 100.0f;
 inline constexpr float kGreedyTemperature = 1e-5f;
 inline constexpr float kMaxRepetitionPenalty = 2.0f;  // (0, 2]
 inline constexpr float kMaxAdditivePenalty = 2.0f;    // presence/frequency: [-2, 2]
+inline constexpr float kMaxLogitBias = 100.0f;        // each bias in [-100, 100]
+
+// One logit_bias entry: added to the token's logit before anything else.
+struct TokenBias {
+  int32_t token = 0;
+  float bias = 0.0f;
+  friend bool operator==(const TokenBias&, const TokenBias&) = default;
+};
 
 struct SamplingParams {
   float temperature = 1.0f;         // [0, 100]; < kGreedyTemperature: greedy
@@ -75,6 +86,10 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // [-2, 2]; 0: off
   float frequency_penalty = 0.0f;   // [-2, 2]; 0: off
   uint64_t seed = 0;
+  // Ascending, distinct token ids; each bias in [-kMaxLogitBias,
+  // kMaxLogitBias]. Ids outside the row's vocabulary are ignored here (the
+  // request layers refuse them by name). Empty: off.
+  std::vector<TokenBias> logit_bias;
   int32_t num_logprobs = 0;  // top-N logprobs to return, 0..kMaxLogprobs
   // false: the result carries no logprobs (SampleResult::logprob NaN, no
   // top entries, num_logprobs ignored), which spares a pass of exp over the

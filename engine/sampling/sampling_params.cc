@@ -1,6 +1,7 @@
 // SamplingParams::Validate: every bound written as `lo <= x && x <= hi` (or
 // with strict ends) inside a negation, so that NaN, which fails every
 // comparison, is rejected by each check without a separate isnan test.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -47,6 +48,22 @@ absl::Status SamplingParams::Validate() const {
   }
   if (!(frequency_penalty >= -kMaxAdditivePenalty && frequency_penalty <= kMaxAdditivePenalty)) {
     return OutOfRange("frequency_penalty", AdditiveRange(), frequency_penalty);
+  }
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const TokenBias& entry = logit_bias[i];
+    if (!(entry.bias >= -kMaxLogitBias && entry.bias <= kMaxLogitBias)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias[", entry.token, "] must be in [",
+                                                     -kMaxLogitBias, ", ", kMaxLogitBias, "], got ",
+                                                     entry.bias));
+    }
+    if (entry.token < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias: token id ", entry.token, " is negative"));
+    }
+    if (i > 0 && !(logit_bias[i - 1].token < entry.token)) {
+      return absl::InvalidArgumentError(
+          "logit_bias: token ids must be distinct and ascending (the request layers sort them)");
+    }
   }
   if (!(num_logprobs >= 0 && num_logprobs <= kMaxLogprobs)) {
     return OutOfRange("num_logprobs", absl::StrCat("in [0, ", kMaxLogprobs, "]"), num_logprobs);

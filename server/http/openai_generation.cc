@@ -15,10 +15,6 @@ uint64_t RandomU64() {
   return rng();
 }
 
-std::string RandomId(std::string_view prefix) {
-  return absl::StrCat(std::string(prefix), absl::StrFormat("%016x%016x", RandomU64(), RandomU64()));
-}
-
 Rejection RejectionOf(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kResourceExhausted:
@@ -47,6 +43,10 @@ absl::Status FinishError(const scheduler::RequestOutput& out) {
 }
 
 }  // namespace
+
+std::string RandomId(std::string_view prefix) {
+  return absl::StrCat(std::string(prefix), absl::StrFormat("%016x%016x", RandomU64(), RandomU64()));
+}
 
 GenerationCall::GenerationCall(ServingState& state, const ModelContext& model,
                                GenerationRequest request, HttpChannel& channel)

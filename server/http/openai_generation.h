@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,9 @@
 #include "server/serving_state.h"
 
 namespace kvserve::server::http {
+
+// prefix followed by 32 random hex digits (response and request ids).
+std::string RandomId(std::string_view prefix);
 
 class GenerationCall final : public Exchange, public std::enable_shared_from_this<GenerationCall> {
  public:

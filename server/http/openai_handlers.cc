@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/http/openai_generation.h"
+#include "server/http/openai_render.h"
 
 namespace kvserve::server::http {
 namespace {
@@ -12,6 +13,33 @@ namespace {
 constexpr char kJson[] = "application/json";
 
 std::string_view PathOf(std::string_view target) { return target.substr(0, target.find('?')); }
+
+constexpr std::string_view kModelPrefix = "/v1/models/";
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A path segment with its %XX escapes decoded (a model id may hold "/" or
+// ":", which clients escape); a malformed escape stays as it is.
+std::string PercentDecoded(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const int high = text[i] == '%' && i + 2 < text.size() ? HexDigit(text[i + 1]) : -1;
+    const int low = high >= 0 ? HexDigit(text[i + 2]) : -1;
+    if (low >= 0) {
+      out.push_back(static_cast<char>(high * 16 + low));
+      i += 2;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -34,12 +62,22 @@ std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel
     std::string_view method;
   };
   static constexpr Route kRoutes[] = {
-      {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
-      {"/tokenize", "POST"},       {"/detokenize", "POST"},          {"/health", "GET"},
+      {"/v1/completions", "POST"},
+      {"/v1/chat/completions", "POST"},
+      {"/v1/models", "GET"},
+      {"/tokenize", "POST"},
+      {"/detokenize", "POST"},
+      {"/health", "GET"},
+      {"/v1/completions/render", "POST"},
+      {"/v1/chat/completions/render", "POST"},
   };
+  static constexpr Route kModelRoute = {kModelPrefix, "GET"};
   const Route* route = nullptr;
   for (const Route& r : kRoutes) {
     if (r.path == path) route = &r;
+  }
+  if (route == nullptr && path.size() > kModelPrefix.size() && path.starts_with(kModelPrefix)) {
+    route = &kModelRoute;
   }
   if (route == nullptr) {
     const ApiError error{.http_status = 404,
@@ -82,8 +120,14 @@ std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel
   }
   if (path == "/v1/completions") return Generate(Endpoint::kCompletions, request, channel);
   if (path == "/v1/chat/completions") return Generate(Endpoint::kChat, request, channel);
-  if (path == "/v1/models") {
+  if (path == "/v1/completions/render") {
+    Render(Endpoint::kCompletions, request, channel);
+  } else if (path == "/v1/chat/completions/render") {
+    Render(Endpoint::kChat, request, channel);
+  } else if (path == "/v1/models") {
     Models(channel);
+  } else if (route == &kModelRoute) {
+    Model(path.substr(kModelPrefix.size()), channel);
   } else if (path == "/tokenize") {
     Tokenize(request, channel);
   } else {
@@ -107,19 +151,50 @@ std::shared_ptr<Exchange> OpenAiHandler::Generate(Endpoint endpoint, const HttpR
   return GenerationCall::Start(state_, model_, *std::move(parsed), channel);
 }
 
-void OpenAiHandler::Models(HttpChannel& channel) const {
+void OpenAiHandler::Render(Endpoint endpoint, const HttpRequest& request,
+                           HttpChannel& channel) const {
+  const std::string_view prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  absl::StatusOr<Json> body = ParseJsonBody(request.body);
+  if (!body.ok()) return RespondError(channel, body.status(), prompt_param);
+  // vLLM's render-only options kvserve does not compute: refused by name
+  // rather than answered without them.
+  for (const char* key : {"return_token_offsets", "return_assistant_tokens_mask"}) {
+    if (const auto it = body->find(key); it != body->end() && *it == true) {
+      return RespondError(channel,
+                          absl::InvalidArgumentError(absl::StrCat(key, ": is not implemented")));
+    }
+  }
+  absl::StatusOr<GenerationRequest> parsed = ParseGenerationRequest(endpoint, *body, model_);
+  if (!parsed.ok()) return RespondError(channel, parsed.status(), prompt_param);
+  const std::string id = RandomId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  channel.Respond(200, kJson, Dump(RenderResponse(*parsed, model_, id)));
+}
+
+Json OpenAiHandler::ModelCard(const std::string& id) const {
   Json model = Json::object();
-  model["id"] = model_.model_name;
+  model["id"] = id;
   model["object"] = "model";
   model["created"] = created_;
   model["owned_by"] = "kvserve";
-  model["root"] = model_.model_name;
+  model["root"] = model_.model_root;
   model["parent"] = nullptr;
   model["max_model_len"] = model_.max_model_len;
+  return model;
+}
+
+void OpenAiHandler::Models(HttpChannel& channel) const {
+  Json data = Json::array();
+  for (const std::string& name : model_.served_model_names) data.push_back(ModelCard(name));
   Json list = Json::object();
   list["object"] = "list";
-  list["data"] = Json::array({std::move(model)});
+  list["data"] = std::move(data);
   channel.Respond(200, kJson, Dump(list));
+}
+
+void OpenAiHandler::Model(std::string_view encoded_id, HttpChannel& channel) const {
+  const std::string id = PercentDecoded(encoded_id);
+  if (absl::Status s = CheckServedModel(id, model_); !s.ok()) return RespondError(channel, s);
+  channel.Respond(200, kJson, Dump(ModelCard(id)));
 }
 
 void OpenAiHandler::Tokenize(const HttpRequest& request, HttpChannel& channel) const {

@@ -30,7 +30,12 @@ class OpenAiHandler final : public RequestHandler {
  private:
   std::shared_ptr<Exchange> Generate(Endpoint endpoint, const HttpRequest& request,
                                      HttpChannel& channel);
+  // POST /v1/completions/render, /v1/chat/completions/render (openai_render.h).
+  void Render(Endpoint endpoint, const HttpRequest& request, HttpChannel& channel) const;
+  Json ModelCard(const std::string& id) const;  // one /v1/models entry
   void Models(HttpChannel& channel) const;
+  // GET /v1/models/{id}: the entry of a served name, else 404 model_not_found.
+  void Model(std::string_view encoded_id, HttpChannel& channel) const;
   void Tokenize(const HttpRequest& request, HttpChannel& channel) const;
   void Detokenize(const HttpRequest& request, HttpChannel& channel) const;
 

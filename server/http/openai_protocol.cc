@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -248,6 +249,22 @@ absl::StatusOr<std::vector<int32_t>> RenderMessages(const Json& body, const Mode
     inputs.extra_context = *kwargs;
   }
   KVSERVE_RETURN_IF_ERROR(ReadBool(body, "add_generation_prompt", &inputs.add_generation_prompt));
+  KVSERVE_RETURN_IF_ERROR(ReadBool(body, "continue_final_message", &inputs.continue_final_message));
+  if (inputs.continue_final_message) {
+    // vLLM's rules (transformers' for the second): the final message is the
+    // assistant's, and no new turn is opened after it.
+    const Json* role = Field(messages->back(), "role");
+    if (!(*role == "assistant")) {
+      return Invalid("continue_final_message",
+                     absl::StrCat("needs the last message to be the assistant's, got role \"",
+                                  role->get<std::string>(), "\""));
+    }
+    if (inputs.add_generation_prompt) {
+      return Invalid("continue_final_message",
+                     "cannot be true with add_generation_prompt true (its default); send "
+                     "\"add_generation_prompt\": false");
+    }
+  }
   absl::StatusOr<std::string> text = model.chat_template->Render(inputs);
   if (!text.ok()) return Invalid("messages", std::string(text.status().message()));
   absl::StatusOr<std::vector<int32_t>> ids =
@@ -296,6 +313,42 @@ absl::Status ParseStop(const Json& body, const ModelContext& model, scheduler::S
   return absl::OkStatus();
 }
 
+// "logit_bias": {"<token id>": bias, ...} (JSON keys are strings, as
+// OpenAI's API sends them), each id in the vocabulary, each bias in
+// [-100, 100]; sorted by id for the sampler.
+absl::Status ParseLogitBias(const Json& body, const ModelContext& model,
+                            std::vector<engine::TokenBias>* out) {
+  const Json* v = Field(body, "logit_bias");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_object()) return WrongType("logit_bias", "an object of token id -> bias", *v);
+  out->clear();
+  for (const auto& [key, bias] : v->items()) {
+    const std::string param = absl::StrCat("logit_bias[\"", key, "\"]");
+    const bool digits = !key.empty() && std::all_of(key.begin(), key.end(),
+                                                    [](char c) { return c >= '0' && c <= '9'; });
+    int64_t id = 0;
+    if (!digits || key.size() > 10 || !absl::SimpleAtoi(key, &id)) {
+      return Invalid("logit_bias", absl::StrCat("key \"", key, "\" is not a token id"));
+    }
+    if (id >= model.vocab_size) {
+      return Invalid("logit_bias", absl::StrCat("token id ", id, " outside the vocabulary [0, ",
+                                                model.vocab_size, ")"));
+    }
+    if (!bias.is_number()) return WrongType(param, "a number", bias);
+    out->push_back(engine::TokenBias{.token = static_cast<int32_t>(id),
+                                     .bias = static_cast<float>(bias.get<double>())});
+  }
+  std::sort(out->begin(), out->end(), [](const engine::TokenBias& a, const engine::TokenBias& b) {
+    return a.token < b.token;
+  });
+  for (size_t i = 1; i < out->size(); ++i) {
+    if ((*out)[i - 1].token == (*out)[i].token) {
+      return Invalid("logit_bias", absl::StrCat("token id ", (*out)[i].token, " given twice"));
+    }
+  }
+  return CheckLogitBias(*out, "logit_bias", model.vocab_size);
+}
+
 absl::Status ParseSampling(const Json& body, const ModelContext& model,
                            engine::SamplingParams* sampling, std::optional<uint64_t>* seed) {
   engine::ApplySamplingDefaults(model.defaults, *sampling);
@@ -310,6 +363,7 @@ absl::Status ParseSampling(const Json& body, const ModelContext& model,
   std::optional<int32_t> top_k;
   KVSERVE_RETURN_IF_ERROR(ReadInt(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k));
   if (top_k) sampling->top_k = *top_k;
+  KVSERVE_RETURN_IF_ERROR(ParseLogitBias(body, model, &sampling->logit_bias));
   if (const Json* v = Field(body, "seed"); v != nullptr) {
     if (v->is_number_unsigned()) {
       *seed = v->get<uint64_t>();
@@ -374,9 +428,6 @@ absl::Status CheckUnimplemented(Endpoint endpoint, const Json& body) {
     return v != nullptr && !(v->is_object() && v->empty()) && !(v->is_array() && v->empty()) &&
            !(v->is_string() && v->get<std::string>().empty());
   };
-  if (non_empty("logit_bias")) {
-    return Invalid("logit_bias", "is not implemented: kvserve cannot bias tokens yet");
-  }
   for (const char* key : {"structured_outputs", "guided_json", "guided_regex", "guided_choice",
                           "guided_grammar", "guided_decoding_backend", "prompt_logprobs"}) {
     if (set(key)) return Invalid(key, "is not implemented");
@@ -416,9 +467,6 @@ absl::Status CheckUnimplemented(Endpoint endpoint, const Json& body) {
     return Invalid(non_empty("functions") ? "functions" : "function_call",
                    "function calling is not implemented");
   }
-  if (const Json* cont = Field(body, "continue_final_message"); cont != nullptr && *cont == true) {
-    return Invalid("continue_final_message", "is not implemented");
-  }
   for (const char* key : {"audio", "prediction", "web_search_options"}) {
     if (set(key)) return Invalid(key, "is not implemented");
   }
@@ -433,12 +481,7 @@ absl::Status CheckModel(const Json& body, const ModelContext& model) {
   const Json* m = Field(body, "model");
   if (m == nullptr) return absl::OkStatus();
   if (!m->is_string()) return WrongType("model", "a string", *m);
-  if (m->get<std::string>() != model.model_name) {
-    return absl::NotFoundError(absl::StrCat("model: the model `", m->get<std::string>(),
-                                            "` does not exist; this server serves `",
-                                            model.model_name, "`"));
-  }
-  return absl::OkStatus();
+  return CheckServedModel(m->get<std::string>(), model);
 }
 
 // Throws past nlohmann's parser when the nesting is too deep; caught in
@@ -446,6 +489,20 @@ absl::Status CheckModel(const Json& body, const ModelContext& model) {
 struct TooDeep {};
 
 }  // namespace
+
+absl::Status CheckServedModel(std::string_view name, const ModelContext& model) {
+  if (std::find(model.served_model_names.begin(), model.served_model_names.end(), name) !=
+      model.served_model_names.end()) {
+    return absl::OkStatus();
+  }
+  std::vector<std::string> quoted;
+  for (const std::string& served : model.served_model_names) {
+    quoted.push_back(absl::StrCat("`", served, "`"));
+  }
+  return absl::NotFoundError(absl::StrCat("model: the model `", std::string(name),
+                                          "` does not exist; this server serves ",
+                                          absl::StrJoin(quoted, ", ")));
+}
 
 scheduler::RequestParams GenerationRequest::ParamsFor(int32_t choice, uint64_t random_seed) const {
   scheduler::RequestParams params = base;

@@ -41,7 +41,11 @@ enum class Endpoint { kCompletions, kChat };
 
 // What parsing needs from the served model; owned by the daemon, read-only.
 struct ModelContext {
-  std::string model_name;  // the id /v1/models lists; a request naming another is 404
+  // The ids /v1/models lists (never empty); a request naming another is 404
+  // model_not_found. model_name is the first: every response's "model".
+  std::vector<std::string> served_model_names;
+  std::string model_name;
+  std::string model_root;                        // the --model value: each id's "root"
   const engine::Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
   int32_t vocab_size = 0;
   int32_t max_model_len = 0;
@@ -76,6 +80,10 @@ struct GenerationRequest {
   // `random_seed` + i (the caller draws it per request).
   scheduler::RequestParams ParamsFor(int32_t choice, uint64_t random_seed) const;
 };
+
+// OK when `name` is one of model.served_model_names; NotFound (404
+// model_not_found) naming it and the served names otherwise.
+absl::Status CheckServedModel(std::string_view name, const ModelContext& model);
 
 // Parses a request body. InvalidArgument ("body: ...") for malformed JSON,
 // JSON nested deeper than kMaxJsonDepth, or a top level that is not an object.

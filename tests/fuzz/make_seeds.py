@@ -128,8 +128,11 @@ def generate_requests() -> dict[str, bytes]:
         stopping=pb.StoppingParams(max_tokens=8, min_tokens=2, ignore_eos=True,
                                    stop_token_ids=[10, 13], stop=["\n\n", "END"],
                                    skip_special_tokens=False))
+    biased = pb.GenerateRequest(text="hi", sampling=pb.SamplingParams(
+        temperature=0, logit_bias={104: 100.0, 105: -100.0, 300: 1.0}))
     # First byte of each seed: bit 0 turns the checkpoint sampling defaults on.
-    return {"text": b"\x00" + text.SerializeToString(),
+    return {"logit_bias": b"\x00" + biased.SerializeToString(),
+            "text": b"\x00" + text.SerializeToString(),
             "token_ids": b"\x01" + tokens.SerializeToString(),
             "all_fields": b"\x00" + full.SerializeToString()}
 
@@ -166,6 +169,16 @@ def openai_requests() -> dict[str, bytes]:
         (4 | 1, "chat_stream", lambda: client.chat.completions.create(
             model="builtin:tiny", stream=True, stream_options={"include_usage": True},
             messages=[{"role": "user", "content": "hi"}], temperature=0, n=3, stop="x")),
+        (0, "completion_logit_bias", lambda: client.completions.create(
+            model="builtin:tiny", prompt="Hello", max_tokens=4, seed=1,
+            logit_bias={"104": 100, "105": -100, "999": 5})),
+        (4 | 1, "chat_logit_bias", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=[{"role": "user", "content": "hi"}], temperature=0,
+            logit_bias={"120": 2.5, "0x1": 1})),
+        (4 | 1, "chat_continue_final_message", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=[{"role": "user", "content": "hi"},
+                                            {"role": "assistant", "content": "Hello, I"}],
+            extra_body={"continue_final_message": True, "add_generation_prompt": False})),
         (1, "chat_no_template", lambda: client.chat.completions.create(
             model="builtin:tiny", messages=[{"role": "user", "content": "hi"}])),
     ]

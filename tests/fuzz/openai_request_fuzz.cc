@@ -3,7 +3,8 @@
 // /tokenize and /detokenize, with the byte tokenizer of the builtin models.
 // Properties: nothing throws; a request that parses has non-empty prompts of
 // in-vocabulary ids, at most kMaxChoices choices, stop limits in range,
-// sampling values the engine accepts, min_tokens <= max_tokens; one that does
+// sampling values the engine accepts (logit_bias ids in the vocabulary,
+// ascending), min_tokens <= max_tokens; one that does
 // not maps to a 4xx with a message, and its error JSON is valid JSON.
 //
 // Input: one byte (bit 0-1: endpoint, bit 2: a chat template is loaded),
@@ -43,6 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kvserve::fuzz::FuzzInput in(data, size);
   const uint8_t flags = in.Byte();
   kvserve::server::http::ModelContext model;
+  model.served_model_names = {"builtin:tiny"};
   model.model_name = "builtin:tiny";
   model.tokenizer = tokenizer.get();
   model.vocab_size = tokenizer->vocab_size();
@@ -85,6 +87,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                              stop);
         }
         KVSERVE_FUZZ_CHECK(p.return_logprobs == r->logprobs, "logprobs");
+        for (const kvserve::engine::TokenBias& b : p.sampling.logit_bias) {
+          KVSERVE_FUZZ_CHECK(b.token >= 0 && b.token < model.vocab_size, std::to_string(b.token));
+        }
       }
       break;
     }

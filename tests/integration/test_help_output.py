@@ -23,7 +23,8 @@ import kvserve_fixtures as kf
 
 PROGRAMS = {
     # binary (relative to the build dir): (its flag file, flags it must list)
-    "server/kvserve": ("server/flags.cc", ["--model", "--port", "--generation_config"]),
+    "server/kvserve": ("server/flags.cc", ["--model", "--port", "--generation_config",
+                                            "--served_model_name"]),
     "server/kvserve-generate": ("server/generate_main.cc", ["--prompt", "--max_tokens"]),
     "tools/loadgen/kvserve-loadgen": ("tools/loadgen/loadgen_main.cc",
                                       ["--address", "--concurrency"]),

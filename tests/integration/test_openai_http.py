@@ -636,9 +636,7 @@ TOOLS = [{"type": "function", "function": {
     ({"tools": TOOLS, "tool_choice": "required"}, "tools"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
      "tools"),
-    ({"logit_bias": {"5": -100}}, "logit_bias"),
     ({"extra_body": {"guided_json": {"type": "object"}}}, "guided_json"),
-    ({"extra_body": {"continue_final_message": True}}, "continue_final_message"),
 ])
 def test_unimplemented_chat_fields_are_400(chat_daemon, chat_dir, kwargs, param):
     client = client_for(chat_daemon)
@@ -658,7 +656,6 @@ def test_tools_with_tool_choice_none_render_and_answer_text(chat_daemon, chat_di
 
 
 @pytest.mark.parametrize("kwargs,param", [
-    ({"logit_bias": {"5": 10}}, "logit_bias"),
     ({"suffix": " the end"}, "suffix"),
     ({"best_of": 3}, "best_of"),
 ])

@@ -5,7 +5,8 @@
 //   {"template": "<jinja source>"           // or "model_dir": "<checkpoint dir>"
 //    "special_tokens": {"bos_token": ...},  // with "template"
 //    "cases": [{"messages": [...], "tools": [...] | null,
-//               "add_generation_prompt": bool, "extra_context": {...} | null}, ...]}
+//               "add_generation_prompt": bool, "continue_final_message": bool (default
+//               false), "extra_context": {...} | null}, ...]}
 // stdout, one JSON object:
 //   {"results": [{"text": "..."} | {"error": "<status message>"}, ...]}
 // A template that fails to load prints {"error": "<status>"} and exits 2.
@@ -55,6 +56,7 @@ int Run() {
     in.messages = c.value("messages", ordered_json::array());
     in.tools = c.value("tools", ordered_json());
     in.add_generation_prompt = c.value("add_generation_prompt", false);
+    in.continue_final_message = c.value("continue_final_message", false);
     in.extra_context = c.value("extra_context", ordered_json());
     const absl::StatusOr<std::string> text = tmpl->Render(in);
     if (text.ok()) {

@@ -13,6 +13,10 @@ must fail; a raise_exception() must give the same message on both sides.
     (chat_templates_hub.py) over many conversations: with and without a
     system message, multi-turn, tool calls and tool results, text-part
     content, reasoning, roles out of order, add_generation_prompt both ways.
+  * test_hub_template_continue_final_message: the same templates over the
+    conversations that end with an assistant message, with
+    continue_final_message (the final message left open: the text cut where
+    its content ends), and the error when it is set with add_generation_prompt.
   * test_checkpoint_files: ChatTemplate::FromCheckpoint finds the template
     where AutoTokenizer does (chat_template.jinja, chat_template.json,
     tokenizer_config.json string or named list) with its special tokens.
@@ -43,6 +47,8 @@ def make_tokenizer(template, special):
 
 def hf_render(tokenizer, case):
     kwargs = dict(case.get("extra_context") or {})
+    if case.get("continue_final_message"):
+        kwargs["continue_final_message"] = True
     try:
         text = tokenizer.apply_chat_template(copy.deepcopy(case["messages"]), tools=case.get("tools"),
                                              tokenize=False,
@@ -177,6 +183,43 @@ def test_hub_template(name):
     rendered = assert_same(template, special, cases)
     # Each template must render most conversations (not only fail on both sides).
     assert rendered >= len(cases) // 3, f"only {rendered} of {len(cases)} cases rendered"
+
+
+# Conversations that end with an assistant message (assistant prefill), the
+# last one's content as a string, as text parts, and with trailing spaces.
+PREFILL = {name: messages for name, messages in CONVERSATIONS.items()
+           if messages[-1]["role"] == "assistant"}
+PREFILL["parts"] = [{"role": "user", "content": "Name three colours."},
+                    {"role": "assistant", "content": [{"type": "text", "text": "Red, "},
+                                                      {"type": "text", "text": "green"}]}]
+PREFILL["trailing_space"] = [SYSTEM, {"role": "user", "content": "Count to three."},
+                             {"role": "assistant", "content": "One, two, "}]
+PREFILL["open_think"] = [{"role": "user", "content": "2+2?"},
+                         {"role": "assistant", "content": "<think>\nfour"}]
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_hub_template_continue_final_message(name):
+    template, special, extras = TEMPLATES[name]
+    cases = [{"name": conv, "messages": messages, "tools": tools, "add_generation_prompt": False,
+              "continue_final_message": True, "extra_context": extra}
+             for conv, messages in PREFILL.items() for extra in extras for tools in (None, TOOLS)]
+    rendered = assert_same(template, special, cases)
+    assert rendered >= len(cases) // 3, f"only {rendered} of {len(cases)} cases rendered"
+    # The cut removes what the template writes after the final content: the
+    # text is a prefix of the closed turn's and ends with the content.
+    closed = kvserve_render(template, special, [dict(c, continue_final_message=False)
+                                                for c in cases])
+    opened = kvserve_render(template, special, cases)
+    for case, c, o in zip(cases, closed, opened):
+        if "text" in o:
+            assert c["text"].startswith(o["text"]), case["name"]
+            last = case["messages"][-1]["content"]
+            tail = last if isinstance(last, str) else last[-1]["text"]
+            assert o["text"].rstrip().endswith(tail.strip()), (case["name"], o["text"][-80:])
+    both = [dict(cases[0], add_generation_prompt=True)]
+    assert "error" in kvserve_render(template, special, both)[0]
+    assert "error" in hf_render(make_tokenizer(template, special), both[0])
 
 
 # ---------------------------------------------------------------------------

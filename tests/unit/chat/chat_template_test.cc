@@ -77,6 +77,56 @@ TEST(ChatTemplate, OrderedInputsKeepKeyOrderForToJson) {
   EXPECT_EQ(*t->Render(in), R"([{"type": "function", "function": {"name": "f"}}])");
 }
 
+TEST(ChatTemplate, ContinueFinalMessageCutsWhereTheContentEnds) {
+  const std::string chatml =
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  auto t = ChatTemplate::FromSource(chatml, json::object());
+  ASSERT_TRUE(t.ok()) << t.status();
+  ChatTemplateInputs in;
+  in.messages = json::array({{{"role", "user"}, {"content", "Hi"}},
+                             {{"role", "assistant"}, {"content", "Hello, I am "}}});
+  in.add_generation_prompt = false;
+  in.continue_final_message = true;
+  auto text = t->Render(in);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello, I am ");
+  // Content parts: the last text part is the one continued.
+  in.messages[1]["content"] =
+      json::array({{{"type", "text"}, {"text", "A"}}, {{"type", "text"}, {"text", "B"}}});
+  auto parts = ChatTemplate::FromSource(
+      "{% for m in messages %}{% for p in m.content if m.content is not string %}[{{ p.text }}]"
+      "{% endfor %}{% if m.content is string %}{{ m.content }}{% endif %}|{% endfor %}",
+      json::object());
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  text = parts->Render(in);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "Hi|[A][B");
+  // A template that trims the content loses the tag's space: the text
+  // before the tag is right-stripped.
+  auto trims = ChatTemplate::FromSource(
+      "{% for m in messages %}{{ m.content | trim }}<end>{% endfor %}", json::object());
+  ASSERT_TRUE(trims.ok());
+  in.messages[1]["content"] = "Hello, I am ";
+  text = trims->Render(in);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "Hi<end>Hello, I am");
+  // Errors, as transformers raises them.
+  in.add_generation_prompt = true;
+  EXPECT_EQ(t->Render(in).status().code(), absl::StatusCode::kInvalidArgument);
+  in.add_generation_prompt = false;
+  in.messages[1].erase("content");
+  EXPECT_EQ(t->Render(in).status().code(), absl::StatusCode::kInvalidArgument);
+  in.messages[1]["content"] = "dropped";
+  auto drops = ChatTemplate::FromSource("{% for m in messages %}{{ m.role }}{% endfor %}content",
+                                        json::object());
+  ASSERT_TRUE(drops.ok());
+  EXPECT_EQ(drops->Render(in).status().code(), absl::StatusCode::kInvalidArgument);
+  auto never = ChatTemplate::FromSource("{{ messages | length }}", json::object());
+  ASSERT_TRUE(never.ok());
+  EXPECT_EQ(never->Render(in).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ChatTemplate, ErrorsAreInvalidArgument) {
   auto t = ChatTemplate::FromSource(
       "a\n{% if messages|length > 1 %}{{ raise_exception('Only one!') }}{% endif %}"

@@ -71,6 +71,30 @@ TEST(CapacityPolicyTest, RejectsWhatCanNeverRun) {
   EXPECT_EQ(CapacityPolicy(l).CheckSubmission(p).code(), kInvalid);
 }
 
+TEST(CapacityPolicyTest, LogitBiasIdsAndDeviceSamplers) {
+  CapacityPolicy policy(Limits());
+  RequestParams p = Params(4, 4);
+  p.sampling.logit_bias = {{3, 1.0f}, {99, -100.0f}};
+  EXPECT_TRUE(policy.CheckSubmission(p).ok());
+  p.sampling.logit_bias = {{3, 1.0f}, {100, 1.0f}};
+  const absl::Status outside = policy.CheckSubmission(p);
+  EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(outside.message().find("logit_bias: token id 100 outside the vocabulary"),
+            std::string::npos)
+      << outside;
+  p.sampling.logit_bias = {{3, 101.0f}};
+  EXPECT_EQ(policy.CheckSubmission(p).code(), absl::StatusCode::kInvalidArgument);
+  // A runner that samples on its device does not apply logit_bias.
+  CapacityLimits l = Limits();
+  l.supports_logit_bias = false;
+  p.sampling.logit_bias = {{3, 1.0f}};
+  const absl::Status device = CapacityPolicy(l).CheckSubmission(p);
+  EXPECT_EQ(device.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(device.message().find("logit_bias"), std::string::npos) << device;
+  p.sampling.logit_bias.clear();
+  EXPECT_TRUE(CapacityPolicy(l).CheckSubmission(p).ok());
+}
+
 TEST(CapacityPolicyTest, QueueLimits) {
   CapacityPolicy policy(Limits());
   RejectReason reason{};

@@ -109,5 +109,30 @@ TEST(DeviceSamplingPath, SameOutputsAsHostSampling) {
   }
 }
 
+// The device sampler does not apply logit_bias: such a request is refused at
+// submission, naming the field, rather than served without its bias.
+TEST(DeviceSamplingPath, LogitBiasIsRefusedByName) {
+  const engine::Model& model = engine::testing::TinyModel();
+  const engine::RunnerOptions options{.num_blocks = 32, .block_size = 8};
+  EngineConfig config;
+  config.num_blocks = 32;
+  config.block_size = 8;
+  RequestParams p;
+  p.prompt_tokens = {1, 2, 3};
+  p.stop.max_tokens = 2;
+  p.sampling.logit_bias = {{5, 100.0f}};
+  Collector collector;
+  EngineCore device(config, ModelInfoOf(model),
+                    std::make_unique<SpecSamplingRunner>(model, options));
+  const absl::Status refused = device.AddRequest(1, p, collector.For(1));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("logit_bias"), std::string::npos) << refused;
+  EngineCore host(config, ModelInfoOf(model),
+                  std::make_unique<engine::ModelRunner>(model, options));
+  ASSERT_TRUE(host.AddRequest(2, p, collector.For(2)).ok());
+  host.RunUntilIdle();
+  EXPECT_EQ(collector.results.at(2).tokens, (std::vector<int32_t>{5, 5}));  // +100 forces it
+}
+
 }  // namespace
 }  // namespace kvserve::scheduler

@@ -16,6 +16,7 @@ namespace {
 class OpenAiProtocolTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    model_.served_model_names = {"builtin:tiny"};
     model_.model_name = "builtin:tiny";
     model_.tokenizer = tokenizer_.get();
     model_.vocab_size = 258;
@@ -189,7 +190,6 @@ TEST_F(OpenAiProtocolTest, NullIsAbsentAndUnknownFieldsAreIgnored) {
 // A field the API defines that kvserve does not implement is a 400 naming it
 // unless it holds its no-op value; nothing is silently ignored.
 TEST_F(OpenAiProtocolTest, UnimplementedFieldsAreRejectedByName) {
-  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"1": 2}})"), "logit_bias");
   EXPECT_EQ(Param(R"({"prompt": "hi", "suffix": "x"})"), "suffix");
   EXPECT_EQ(Param(R"({"prompt": "hi", "best_of": 2})"), "best_of");
   EXPECT_EQ(Param(R"({"prompt": "hi", "best_of": 2, "n": 2})"), "<ok>");
@@ -222,9 +222,97 @@ TEST_F(OpenAiProtocolTest, UnimplementedFieldsAreRejectedByName) {
   EXPECT_EQ(Param(chat + R"("continue_final_message": true})", Endpoint::kChat),
             "continue_final_message");
   EXPECT_EQ(Param(chat + R"("continue_final_message": false})", Endpoint::kChat), "<ok>");
-  EXPECT_EQ(Param(chat + R"("logit_bias": {"5": -100}})", Endpoint::kChat), "logit_bias");
   EXPECT_EQ(Param(chat + R"("modalities": ["text", "audio"]})", Endpoint::kChat), "modalities");
   EXPECT_EQ(Param(chat + R"("modalities": ["text"]})", Endpoint::kChat), "<ok>");
+}
+
+TEST_F(OpenAiProtocolTest, LogitBiasIsParsedSortedAndChecked) {
+  auto r = Parse(R"({"prompt": "hi", "logit_bias": {"200": -100, "5": 100, "17": 0.5}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->base.sampling.logit_bias,
+            (std::vector<engine::TokenBias>{{5, 100.0f}, {17, 0.5f}, {200, -100.0f}}));
+  EXPECT_TRUE(r->ParamsFor(0, 1).sampling.logit_bias == r->base.sampling.logit_bias);
+  auto empty = Parse(R"({"prompt": "hi", "logit_bias": {}})");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->base.sampling.logit_bias.empty());
+  // An id outside the vocabulary is a 400 naming the id.
+  auto outside = Parse(R"({"prompt": "hi", "logit_bias": {"258": 1}})");
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.status().message().find("token id 258 outside the vocabulary [0, 258)"),
+            std::string::npos)
+      << outside.status();
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"258": 1}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"99999999999": 1}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"-1": 1}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"a": 1}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {" 5": 1}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"5": 100.5}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"5": -101}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"5": "1"}})"), "logit_bias[\"5\"]");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": {"5": 1, "05": 2}})"), "logit_bias");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "logit_bias": [1, 2]})"), "logit_bias");
+  absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::FromSource(
+      "{% for m in messages %}{{ m.content }}{% endfor %}", nlohmann::json::object());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  model_.chat_template = &*tmpl;
+  auto chat = Parse(R"({"messages": [{"role": "user", "content": "x"}],
+    "logit_bias": {"5": -100}})",
+                    Endpoint::kChat);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->base.sampling.logit_bias, (std::vector<engine::TokenBias>{{5, -100.0f}}));
+}
+
+TEST_F(OpenAiProtocolTest, ContinueFinalMessageLeavesTheAssistantTurnOpen) {
+  absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::FromSource(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}</>{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}",
+      nlohmann::json::object());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  model_.chat_template = &*tmpl;
+  const std::string prefill =
+      R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "ab"}], )";
+  auto r = Parse(prefill + R"("continue_final_message": true, "add_generation_prompt": false})",
+                 Endpoint::kChat);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<int32_t> want;
+  for (char c : std::string("<user>x</><assistant>ab")) want.push_back(c);
+  EXPECT_EQ(r->prompts[0], want);
+  // add_generation_prompt defaults to true: both true is a 400 (transformers').
+  EXPECT_EQ(Param(prefill + R"("continue_final_message": true})", Endpoint::kChat),
+            "continue_final_message");
+  EXPECT_EQ(Param(prefill + R"("continue_final_message": true, "add_generation_prompt": true})",
+                  Endpoint::kChat),
+            "continue_final_message");
+  // The last message must be the assistant's.
+  EXPECT_EQ(Param(R"({"messages": [{"role": "user", "content": "x"}],
+    "continue_final_message": true, "add_generation_prompt": false})",
+                  Endpoint::kChat),
+            "continue_final_message");
+  EXPECT_EQ(Param(prefill + R"("continue_final_message": 1})", Endpoint::kChat),
+            "continue_final_message");
+  // /tokenize renders the same prompt.
+  absl::StatusOr<Json> body =
+      ParseJsonBody(prefill + R"("continue_final_message": true, "add_generation_prompt": false})");
+  ASSERT_TRUE(body.ok());
+  auto ids = ParseTokenizeRequest(*body, model_);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, want);
+}
+
+TEST_F(OpenAiProtocolTest, ModelMustBeOneOfTheServedNames) {
+  model_.served_model_names = {"a", "b"};
+  model_.model_name = "a";
+  EXPECT_TRUE(Parse(R"({"prompt": "hi", "model": "b"})").ok());
+  EXPECT_TRUE(Parse(R"({"prompt": "hi"})").ok());
+  auto other = Parse(R"({"prompt": "hi", "model": "builtin:tiny"})");
+  ASSERT_FALSE(other.ok());
+  const ApiError e = ToApiError(other.status());
+  EXPECT_EQ(e.http_status, 404);
+  EXPECT_EQ(e.code, "model_not_found");
+  EXPECT_EQ(e.param, "model");
+  EXPECT_NE(e.message.find("`a`, `b`"), std::string::npos) << e.message;
+  EXPECT_TRUE(CheckServedModel("a", model_).ok());
+  EXPECT_EQ(CheckServedModel("c", model_).code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(OpenAiProtocolTest, IntegralFloatsAndLargeSeeds) {

@@ -55,6 +55,9 @@ TEST_F(RequestConvertTest, CopiesEveryField) {
   s->set_presence_penalty(0.2f);
   s->set_frequency_penalty(-0.3f);
   s->set_seed(42);
+  (*s->mutable_logit_bias())[200] = -100.0f;
+  (*s->mutable_logit_bias())[7] = 100.0f;
+  (*s->mutable_logit_bias())[31] = 0.5f;
   auto* st = r.mutable_stopping();
   st->set_max_tokens(7);
   st->set_min_tokens(2);
@@ -76,6 +79,8 @@ TEST_F(RequestConvertTest, CopiesEveryField) {
   EXPECT_EQ(p->sampling.presence_penalty, 0.2f);
   EXPECT_EQ(p->sampling.frequency_penalty, -0.3f);
   EXPECT_EQ(p->sampling.seed, 42u);
+  EXPECT_EQ(p->sampling.logit_bias,  // ascending ids, whatever the map's order
+            (std::vector<engine::TokenBias>{{7, 100.0f}, {31, 0.5f}, {200, -100.0f}}));
   EXPECT_EQ(p->stop.max_tokens, 7);
   EXPECT_EQ(p->stop.min_tokens, 2);
   EXPECT_TRUE(p->stop.ignore_eos);
@@ -125,6 +130,17 @@ TEST_F(RequestConvertTest, BadInputNamesTheField) {
   r = base();
   r.set_request_id(std::string(kMaxRequestIdBytes + 1, 'r'));
   EXPECT_NE(Error(r).find("request_id: at most 128"), std::string::npos);
+  r = base();
+  (*r.mutable_sampling()->mutable_logit_bias())[258] = 1.0f;
+  EXPECT_NE(Error(r).find("sampling.logit_bias: token id 258 outside the vocabulary [0, 258)"),
+            std::string::npos);
+  r = base();
+  (*r.mutable_sampling()->mutable_logit_bias())[-3] = 1.0f;
+  EXPECT_NE(Error(r).find("sampling.logit_bias: token id -3 outside"), std::string::npos);
+  r = base();
+  (*r.mutable_sampling()->mutable_logit_bias())[4] = 100.5f;
+  EXPECT_NE(Error(r).find("sampling.logit_bias: bias of token 4 must be in [-100, 100]"),
+            std::string::npos);
   r = base();
   r.set_cache_salt(std::string("\xc3", 1));
   EXPECT_NE(Error(r).find("cache_salt: not valid UTF-8"), std::string::npos);

@@ -39,6 +39,19 @@ TEST(ServerConfig, BadValuesNameTheFlag) {
   EXPECT_NE(Error(c).find("--drain_timeout_s"), std::string::npos);
 }
 
+TEST(ServerConfig, ServedModelNames) {
+  ServerConfig c;
+  c.model = "/models/llama";
+  EXPECT_EQ(ServedNames(c), std::vector<std::string>{"/models/llama"});  // default: --model
+  c.served_model_names = {"llama", "llama-3"};
+  EXPECT_EQ(Error(c), "");
+  EXPECT_EQ(ServedNames(c), (std::vector<std::string>{"llama", "llama-3"}));
+  c.served_model_names = {"llama", ""};
+  EXPECT_NE(Error(c).find("--served_model_name"), std::string::npos) << Error(c);
+  c.served_model_names = {"llama", "x", "llama"};
+  EXPECT_NE(Error(c).find("\"llama\" given twice"), std::string::npos) << Error(c);
+}
+
 TEST(ServerConfig, HttpPort) {
   ServerConfig c;
   for (int port : {-1, 0, 8000}) {
