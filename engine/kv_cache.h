@@ -21,7 +21,7 @@
 //   float16      2d                      none
 //   fp8_e4m3     d  (e4m3fn bytes)        fp32 max|row| / 448
 //   int8         d  (int8, [-127, 127])   fp32 max|row| / 127
-//   int4         ceil(d/2), 2 per byte    fp32 max|row| / 7, codes [-8, 7]
+//   int4         ceil(d/2), 2 per byte    fp32 max|row| / 8, codes [-8, 7]
 //   fp4_e2m1     ceil(d/2), 2 per byte    fp32 max|row| / 6
 //
 // int8, int4 and fp4_e2m1 hold each head's K and V rotated (kernels::KvRowsRotated):

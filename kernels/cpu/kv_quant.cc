@@ -137,7 +137,7 @@ float KvCodeMax(KvDtype dtype) {
     case KvDtype::kInt8:
       return 127.0f;
     case KvDtype::kInt4:
-      return 7.0f;
+      return 8.0f;  // the largest |x| maps to -8 or, clamped, +7 (kv_quant.h)
     case KvDtype::kFp4E2m1:
       return 6.0f;
     default:

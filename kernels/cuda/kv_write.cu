@@ -77,7 +77,7 @@ __device__ void EncodeRow(const T* x, int dim, uint8_t* dst, float* scale_dst) {
     for (int off = 16; off > 0; off /= 2) m = MaxKeepNan(m, __shfl_xor_sync(0xffffffffu, m, off));
     constexpr float kCodeMax = F == KvDtype::kFp8E4m3 ? 448.0f
                                : F == KvDtype::kInt8  ? 127.0f
-                               : F == KvDtype::kInt4  ? 7.0f
+                               : F == KvDtype::kInt4  ? 8.0f
                                                       : 6.0f;
     const float s = __fdiv_rn(m, kCodeMax);
     const bool usable = s > 0.0f && s <= 3.402823466e38f;  // finite, positive

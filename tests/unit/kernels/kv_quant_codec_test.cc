@@ -189,8 +189,9 @@ double RoundTripBound(KvDtype dtype, double x, double amax) {
     case KvDtype::kFp8E4m3:
       return std::max(std::fabs(x) * 0x1p-4, 0x1p-10 * s) + fp32;
     case KvDtype::kInt8:
-    case KvDtype::kInt4:
       return 0.5 * s + fp32;
+    case KvDtype::kInt4:  // above 7.5 s, clamped to 7 s
+      return (x > 7.5 * s ? 1.0 : 0.5) * s + fp32;
     case KvDtype::kFp4E2m1:
       return 1.0 * s + fp32;  // the widest gap: 4 .. 6
   }
