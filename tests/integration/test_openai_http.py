@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import grpc
 import openai
 import pytest
 import torch
@@ -168,6 +169,28 @@ def test_completion_equals_grpc(daemon, client):
     for api in ("grpc", "http"):  # two requests through each API
         assert kf.metric(after, "kvserve_api_requests_total", api=api) == \
             kf.metric(before, "kvserve_api_requests_total", api=api) + 2, api
+
+
+def test_constrained_completion_equals_grpc(daemon, client):
+    """The gRPC constraint oneof and the HTTP fields are one constraint: the same
+    seeded draw, through either API, ends when the grammar is complete."""
+    pattern = "(red|green|blue)-[0-9]{2,3}"
+    for seed in (1, 2, 3):
+        req = text_request(PROMPT, 24, ignore_eos=True, temperature=1.0)
+        req.sampling.seed = seed
+        req.regex = pattern
+        ref = stream(daemon.stub, req).check_ok()
+        assert re.fullmatch(pattern, ref.text), ref.text
+        out = client.completions.create(model=TINY, prompt=PROMPT, max_tokens=24,
+                                        temperature=1.0, seed=seed,
+                                        extra_body={"ignore_eos": True, "guided_regex": pattern})
+        assert out.choices[0].text == ref.text
+        assert out.choices[0].finish_reason == "stop"
+    req = text_request(PROMPT, 8)
+    req.json_schema.schema = '{"type": "object", "properties": {"a": {"$ref": "#/nope"}}}'
+    res = stream(daemon.stub, req)
+    assert res.code == grpc.StatusCode.INVALID_ARGUMENT, res
+    assert res.details.startswith("json_schema.schema:"), res.details
 
 
 def test_token_id_prompts_and_prompt_lists(daemon, client):
