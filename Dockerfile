@@ -57,12 +57,22 @@ RUN apt-get update \
       libabsl-dev libboost-dev nlohmann-json3-dev libspdlog-dev libfmt-dev \
       libsentencepiece-dev libpcre2-dev libutf8proc-dev \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev \
-      libssl-dev \
+      libssl-dev curl \
  && rm -rf /var/lib/apt/lists/*
+
+# xgrammar's pinned source distribution (structured outputs; the build
+# compiles it into the daemon: third_party/xgrammar/), from PyPI's file host,
+# checked against the sha256 that scripts/fetch_xgrammar.sh pins too.
+ARG XGRAMMAR_SHA256=87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90
+RUN mkdir -p /sdist \
+ && curl -fsSL -o /sdist/xgrammar-0.2.9.tar.gz \
+      https://files.pythonhosted.org/packages/source/x/xgrammar/xgrammar-0.2.9.tar.gz \
+ && echo "${XGRAMMAR_SHA256}  /sdist/xgrammar-0.2.9.tar.gz" | sha256sum -c -
 
 WORKDIR /src
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DKVSERVE_XGRAMMAR_SDIST=/sdist/xgrammar-0.2.9.tar.gz \
  && cmake --build /build ${BUILD_JOBS:+--parallel ${BUILD_JOBS}} \
       --target kvserve kvserve-client kvserve_sentencepiece \
  && if [ "${VARIANT}" = cuda ]; then \

@@ -56,6 +56,11 @@ absl::Status CapacityPolicy::CheckSubmission(const RequestParams& params) const 
   for (const std::string& s : stop.stop_strings) {
     if (s.empty()) return absl::InvalidArgumentError("stop_strings: empty stop string");
   }
+  if (params.constraint && !limits_.has_tokenizer) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(engine::grammar::ConstraintKindName(params.constraint->kind),
+                     ": structured outputs need the model's tokenizer, and it has none"));
+  }
   if (!stop.stop_strings.empty() && !limits_.has_tokenizer) {
     return absl::InvalidArgumentError("stop_strings: the model has no tokenizer");
   }

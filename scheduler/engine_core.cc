@@ -58,6 +58,15 @@ EngineCore::EngineCore(const EngineConfig& config, const ModelInfo& model,
       runner_(std::move(runner)),
       scheduler_(MakeSchedulerConfig(config, model, runner_.get()), &kv_, model.tokenizer) {
   scheduler_.set_sampling_pool(runner_->HostPool());
+  if (model.tokenizer != nullptr) {
+    // Its vocabulary is built on its own thread at the first constraint.
+    grammar_ = std::make_unique<engine::grammar::GrammarCompileService>(
+        engine::grammar::GrammarVocab{.tokenizer = model.tokenizer,
+                                      .vocab_size = model.vocab_size,
+                                      .stop_token_ids = model.eos_token_ids},
+        config.on_grammar_compiled);
+    scheduler_.set_grammar_service(grammar_.get());
+  }
 }
 
 std::unique_ptr<EngineCore> EngineCore::ForModel(const engine::Model& model,
@@ -73,6 +82,7 @@ std::unique_ptr<EngineCore> EngineCore::ForModel(const engine::Model& model,
 bool EngineCore::Step(std::optional<TimePoint> now) {
   const SchedulerOutput out = scheduler_.Schedule(now.value_or(Clock::now()));
   if (out.empty()) return false;
+  if (runner_->SamplesOnDevice()) scheduler_.PrepareDeviceMasks(out);
   const engine::StepInput input = scheduler_.BuildStepInput(out, runner_->SamplesOnDevice());
   absl::StatusOr<engine::StepOutput> result = runner_->Step(input);
   if (!result.ok()) {

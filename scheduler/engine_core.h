@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/grammar/grammar_compiler.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/step_input.h"
@@ -39,6 +40,8 @@ struct EngineConfig {
   int32_t max_model_len = 0;        // 0: the model's max_position_embeddings
   int32_t max_waiting_requests = 1024;
   int64_t max_waiting_tokens = int64_t{1} << 22;
+  // Called on the grammar compile thread after each compilation (metrics).
+  engine::grammar::GrammarCompileService::CompileObserver on_grammar_compiled = nullptr;
 };
 
 // What the scheduler needs to know about the model.
@@ -88,6 +91,8 @@ class EngineCore {
  private:
   KvCacheManager kv_;
   std::unique_ptr<StepRunner> runner_;
+  // Structured outputs; null without a tokenizer (constraints are rejected).
+  std::unique_ptr<engine::grammar::GrammarCompileService> grammar_;
   Scheduler scheduler_;
   absl::Status last_step_error_;
 };

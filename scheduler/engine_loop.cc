@@ -108,7 +108,9 @@ void EngineLoop::Publish(std::optional<Clock::duration> step_duration) {
   if (step_duration.has_value() && step_observer_) {
     step_observer_({.num_tokens = s.last_step_tokens,
                     .num_seqs = s.last_step_seqs,
-                    .duration_s = std::chrono::duration<double>(*step_duration).count()});
+                    .duration_s = std::chrono::duration<double>(*step_duration).count(),
+                    .num_constrained_rows = s.last_step_constrained_rows,
+                    .mask_s = s.last_step_mask_s});
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -47,9 +47,11 @@ namespace kvserve::scheduler {
 
 // One model step, for metrics (tokens per step, step duration).
 struct StepRecord {
-  int32_t num_tokens = 0;  // tokens computed in the step
-  int32_t num_seqs = 0;    // requests in the step
-  double duration_s = 0;   // schedule + model + sample + update
+  int32_t num_tokens = 0;            // tokens computed in the step
+  int32_t num_seqs = 0;              // requests in the step
+  double duration_s = 0;             // schedule + model + sample + update
+  int32_t num_constrained_rows = 0;  // rows sampled under a grammar
+  double mask_s = 0;                 // their grammar masks, summed over the rows
 };
 // Called on the loop thread after every model step; must be cheap and must
 // not block.

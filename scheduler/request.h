@@ -31,6 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/grammar/constraint.h"
+#include "engine/grammar/grammar_compiler.h"
+#include "engine/grammar/token_matcher.h"
 #include "engine/sampling/sampler.h"
 #include "scheduler/kv_cache_manager.h"
 #include "scheduler/output_stream.h"
@@ -53,6 +56,19 @@ struct RequestParams {
   // it is still waiting or already running (partial output is kept).
   std::optional<TimePoint> deadline = std::nullopt;
   std::string cache_salt = {};  // requests share prefix-cache blocks only with equal salts
+  // Structured output: the output text must match it. The request waits
+  // (outside the waiting queue) until its grammar is compiled, then samples
+  // only tokens the grammar allows and finishes as kStopToken when the
+  // grammar is complete. Needs a tokenizer.
+  std::optional<engine::grammar::Constraint> constraint = std::nullopt;
+};
+
+// A constrained request's grammar state (engine loop thread; its matcher
+// also on the one sampling thread that draws the request's row in a step).
+struct RequestGrammar {
+  std::shared_ptr<const engine::grammar::CompiledConstraint> compiled;  // set on submission
+  std::optional<engine::grammar::TokenMatcher> matcher;  // once compiled, before admission
+  std::vector<int32_t> device_mask;  // a device sampler's masked ids for the next token
 };
 
 class Request {
@@ -109,6 +125,8 @@ class Request {
 
   // Scheduler bookkeeping: the step number in which it was last scheduled.
   int64_t last_scheduled_step = -1;
+  // Set iff params().constraint is.
+  std::optional<RequestGrammar> grammar;
 
  private:
   const RequestId id_;

@@ -3,6 +3,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -44,8 +45,13 @@ absl::Status Scheduler::AddRequest(RequestId id, RequestParams params, OutputCal
     status = absl::AlreadyExistsError(absl::StrCat("request id ", id, " is already in use"));
   }
   if (status.ok()) {
-    status = policy_.CheckQueueLimits(waiting_.size(), waiting_.num_tokens(),
+    status = policy_.CheckQueueLimits(num_waiting(), waiting_.num_tokens(),
                                       static_cast<int32_t>(params.prompt_tokens.size()), &why);
+  }
+  if (status.ok() && params.constraint && grammar_service_ == nullptr) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat(engine::grammar::ConstraintKindName(params.constraint->kind),
+                     ": this engine compiles no grammars"));
   }
   if (!status.ok()) {
     CountRejection(why);
@@ -55,8 +61,17 @@ absl::Status Scheduler::AddRequest(RequestId id, RequestParams params, OutputCal
   if (params.deadline) ++num_with_deadline_;
   auto request = std::make_unique<Request>(id, std::move(params), std::move(callback), now,
                                            next_arrival_seq_++, config_.eos_token_ids, tokenizer_);
-  // (new) -> WAITING
-  waiting_.Insert(request.get());
+  if (request->params().constraint) {
+    ++stats_.structured_requests;
+    // Queued for compilation (or a cached grammar): never waits here.
+    request->grammar.emplace();
+    request->grammar->compiled = grammar_service_->Compile(*request->params().constraint);
+    // (new) -> WAITING, outside the queue until the grammar is compiled
+    awaiting_grammar_.push_back(request.get());
+  } else {
+    // (new) -> WAITING
+    waiting_.Insert(request.get());
+  }
   requests_.emplace(id, std::move(request));
   return absl::OkStatus();
 }
@@ -84,6 +99,47 @@ void Scheduler::ExpireDeadlines(TimePoint now) {
     out.status = absl::DeadlineExceededError("the request's deadline passed");
     // WAITING or RUNNING -> FINISHED(expired)
     FinishRequest(r, FinishReason::kExpired, std::move(out), now);
+  }
+}
+
+void Scheduler::TakeCompiledGrammars(TimePoint now) {
+  std::vector<Request*> still_waiting;
+  std::vector<Request*> failed;
+  for (Request* r : awaiting_grammar_) {
+    const engine::grammar::CompiledConstraint& compiled = *r->grammar->compiled;
+    if (!compiled.ready()) {
+      still_waiting.push_back(r);
+    } else if (!compiled.status().ok()) {
+      failed.push_back(r);
+    } else {
+      r->grammar->matcher.emplace(compiled.grammar(), config_.capacity.vocab_size);
+      waiting_.Insert(r);
+    }
+  }
+  awaiting_grammar_ = std::move(still_waiting);
+  for (Request* r : failed) {
+    RequestOutput out;
+    out.status = r->grammar->compiled->status();
+    // WAITING -> FINISHED(rejected): its grammar does not compile
+    FinishRequest(r, FinishReason::kRejected, std::move(out), now);
+  }
+}
+
+void Scheduler::PrepareDeviceMasks(const SchedulerOutput& out) {
+  for (const ScheduledRequest& s : out.scheduled) {
+    Request* r = s.request;
+    if (!s.samples || !r->grammar) continue;
+    RequestGrammar& g = *r->grammar;
+    const auto start = std::chrono::steady_clock::now();
+    g.matcher->FillMask();
+    g.device_mask.clear();
+    g.matcher->AppendDisallowed(&g.device_mask);
+    for (int32_t t : r->stop_checker().StopTokensToMask(r->num_output_tokens())) {
+      g.device_mask.push_back(t);  // a repeated id is masked twice, harmlessly
+    }
+    ++stats_.last_step_constrained_rows;
+    stats_.last_step_mask_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 }
 
@@ -181,7 +237,10 @@ void Scheduler::AdmitWaiting(BatchPlanner& planner, SchedulerOutput& out, TimePo
 SchedulerOutput Scheduler::Schedule(TimePoint now) {
   SchedulerOutput out;
   out.step = ++step_;
+  stats_.last_step_constrained_rows = 0;
+  stats_.last_step_mask_s = 0;
   ExpireDeadlines(now);
+  if (!awaiting_grammar_.empty()) TakeCompiledGrammars(now);
   BatchPlanner planner(config_.batch);
 
   // Running requests, best first: decodes, then the rest. running_ is only
@@ -222,7 +281,9 @@ engine::StepInput Scheduler::BuildStepInput(const SchedulerOutput& out,
           .params = r->params().sampling,
           .prompt_tokens = r->prompt(),
           .output_tokens = r->output(),
-          .masked_tokens = r->stop_checker().StopTokensToMask(r->num_output_tokens())});
+          .masked_tokens = r->grammar
+                               ? std::span<const int32_t>(r->grammar->device_mask)
+                               : r->stop_checker().StopTokensToMask(r->num_output_tokens())});
     }
   }
   return in;

@@ -5,7 +5,9 @@
 // checks stop conditions and emits outputs.
 //
 // One step (Schedule):
-//   0. expire: requests past their deadline finish as kExpired;
+//   0. expire: requests past their deadline finish as kExpired; constrained
+//      requests whose grammar has compiled join the waiting queue (one whose
+//      grammar failed finishes as kRejected with the compile error);
 //   1. running requests, best first (priority, then arrival): first those
 //      decoding (1 token), then those with more to compute (partial
 //      prefills, resumes); a request short of blocks shrinks its chunk to
@@ -98,12 +100,24 @@ class Scheduler {
   // Update runs between steps, never inside one. Each row's token is a pure
   // function of that row and its request, so the pool changes no result.
   void set_sampling_pool(kernels::ThreadPool* pool) { sampling_pool_ = pool; }
+  // Compiles the grammars of constrained requests (nullptr: such requests
+  // are rejected). Must outlive the scheduler.
+  void set_grammar_service(engine::grammar::GrammarCompileService* service) {
+    grammar_service_ = service;
+  }
+  // For a runner that samples on its device, before BuildStepInput: the
+  // grammar mask of every constrained request that samples in this step, as
+  // the list of ids it forbids (SampleSpec::masked_tokens).
+  void PrepareDeviceMasks(const SchedulerOutput& out);
   // After a failed step: every scheduled request finishes as kError.
   void FailStep(const SchedulerOutput& out, const absl::Status& status, TimePoint now);
 
   bool HasUnfinished() const { return !requests_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
-  int32_t num_waiting() const { return waiting_.size(); }
+  // Waiting for admission, or for their grammar to compile.
+  int32_t num_waiting() const {
+    return waiting_.size() + static_cast<int32_t>(awaiting_grammar_.size());
+  }
   int64_t num_waiting_tokens() const { return waiting_.num_tokens(); }
   const Request* Find(RequestId id) const;
 
@@ -112,6 +126,9 @@ class Scheduler {
 
  private:
   void ExpireDeadlines(TimePoint now);
+  // Constrained requests whose grammar is ready: into the waiting queue with
+  // a matcher, or finished as kRejected when it failed to compile.
+  void TakeCompiledGrammars(TimePoint now);
   void ScheduleRunning(Request* r, BatchPlanner& planner, SchedulerOutput& out);
   void AdmitWaiting(BatchPlanner& planner, SchedulerOutput& out, TimePoint now);
   void AddScheduled(Request* r, int32_t n, BatchPlanner& planner, SchedulerOutput& out);
@@ -123,7 +140,7 @@ class Scheduler {
   // The host-sampled results of a step's logits rows, in row order, into
   // sampled_ (empty when the runner sampled on its device).
   void SampleRows(const SchedulerOutput& out, const engine::StepOutput& step);
-  // Appends a sampled token, then stop checks and outputs.
+  // Appends a sampled token, then advances its grammar, stop checks and outputs.
   void Emit(Request* r, engine::SampleResult result, TimePoint now);
   // Any unfinished state -> FINISHED: frees blocks, dequeues, completes and
   // delivers `out` as the final message, destroys the request.
@@ -141,8 +158,11 @@ class Scheduler {
   int64_t step_ = 0;
   int32_t num_with_deadline_ = 0;
 
-  kernels::ThreadPool* sampling_pool_ = nullptr;  // not owned
-  std::vector<engine::SampleResult> sampled_;     // SampleRows' output
+  std::vector<Request*> awaiting_grammar_;  // WAITING, grammar not compiled yet; arrival order
+  engine::grammar::GrammarCompileService* grammar_service_ = nullptr;  // not owned
+  kernels::ThreadPool* sampling_pool_ = nullptr;                       // not owned
+  std::vector<engine::SampleResult> sampled_;                          // SampleRows' output
+  std::vector<double> mask_seconds_;  // SampleRows: grammar mask time per row
   SchedulerStats stats_;
 };
 

@@ -1,10 +1,12 @@
 // Scheduler, the after-step half: advance, sample, stop checks, outputs,
 // finishing and aborts.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "scheduler/scheduler.h"
 
@@ -50,25 +52,36 @@ void Scheduler::Update(const SchedulerOutput& out, const engine::StepOutput& ste
 void Scheduler::SampleRows(const SchedulerOutput& out, const engine::StepOutput& step) {
   sampled_.clear();
   if (!step.samples.empty()) return;  // sampled on the device
-  std::vector<const Request*> rows;
+  std::vector<Request*> rows;
   for (const ScheduledRequest& s : out.scheduled) {
     if (s.samples) rows.push_back(s.request);
   }
   KVSERVE_CHECK(rows.size() * static_cast<size_t>(step.vocab_size) == step.logits.size());
   sampled_.resize(rows.size());
+  mask_seconds_.assign(rows.size(), 0.0);
   const auto sample = [&](int64_t begin, int64_t end) {
-    std::vector<float> masked;  // min_tokens: stop tokens cannot be drawn before it
+    // min_tokens: stop tokens cannot be drawn before it; a grammar: only the
+    // tokens it allows can be drawn. Both mask before the sampler's
+    // penalties, temperature, top-k and top-p.
+    std::vector<float> masked;
     for (int64_t i = begin; i < end; ++i) {
-      const Request& r = *rows[i];
+      Request& r = *rows[i];
       std::span<const float> logits = step.row(i);
       const std::span<const int32_t> mask =
           r.stop_checker().StopTokensToMask(r.num_output_tokens());
-      if (!mask.empty()) {
+      if (!mask.empty() || r.grammar) {
         masked.assign(logits.begin(), logits.end());
         for (int32_t t : mask) {
           if (t >= 0 && static_cast<size_t>(t) < masked.size()) {
             masked[t] = -std::numeric_limits<float>::infinity();
           }
+        }
+        if (r.grammar) {
+          const auto start = std::chrono::steady_clock::now();
+          r.grammar->matcher->FillMask();
+          r.grammar->matcher->ApplyMask(masked);
+          mask_seconds_[i] =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         }
         logits = masked;
       }
@@ -89,6 +102,11 @@ void Scheduler::SampleRows(const SchedulerOutput& out, const engine::StepOutput&
   } else {
     sampling_pool_->ParallelFor(n, std::max<int64_t>(1, kValuesPerChunk / step.vocab_size), sample);
   }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i]->grammar) continue;
+    ++stats_.last_step_constrained_rows;
+    stats_.last_step_mask_s += mask_seconds_[i];
+  }
 }
 
 void Scheduler::Emit(Request* r, engine::SampleResult result, TimePoint now) {
@@ -102,7 +120,31 @@ void Scheduler::Emit(Request* r, engine::SampleResult result, TimePoint now) {
     out.logprobs.push_back(TokenLogprobs{
         .token = result.token, .logprob = result.logprob, .top = std::move(result.top_logprobs)});
   }
+  bool grammar_complete = false;
+  if (r->grammar) {
+    engine::grammar::TokenMatcher& matcher = *r->grammar->matcher;
+    if (!matcher.Accept(result.token)) {
+      // Only a row with every token masked gets here (the sampler then
+      // returns token 0): a grammar that requires a stop token while
+      // min_tokens still forbids it.
+      out.text = r->stop_checker().Flush();
+      out.status = absl::InvalidArgumentError(absl::StrCat(
+          "the grammar allows no token at output position ", r->num_output_tokens() - 1,
+          " (min_tokens forbids the stop token it requires)"));
+      // RUNNING -> FINISHED(error)
+      FinishRequest(r, FinishReason::kError, std::move(out), now);
+      return;
+    }
+    grammar_complete = matcher.terminated();
+  }
   StopChecker::Result stop = r->stop_checker().Append(result.token, r->num_output_tokens());
+  if (stop.reason == FinishReason::kNone && grammar_complete) {
+    // The grammar ended on a stop token the stop checks do not count
+    // (ignore_eos): nothing may follow it.
+    stop.text += r->stop_checker().Flush();
+    stop.reason = FinishReason::kStopToken;
+    stop.stop_token = result.token;
+  }
   out.text = std::move(stop.text);
   if (stop.reason == FinishReason::kNone) {
     if (r->callback()) r->callback()(std::move(out));
@@ -149,7 +191,9 @@ void Scheduler::AbortAll(TimePoint now, AbortCause cause) {
 
 void Scheduler::FinishRequest(Request* r, FinishReason reason, RequestOutput out, TimePoint now) {
   kv_->Free(r->id());  // every block it held; a no-op if it held none (waiting)
-  if (r->state() == RequestState::kWaiting) {
+  if (r->state() == RequestState::kWaiting && r->grammar && !r->grammar->matcher) {
+    std::erase(awaiting_grammar_, r);  // no-op when TakeCompiledGrammars took it out
+  } else if (r->state() == RequestState::kWaiting) {
     waiting_.Remove(r);
   } else {
     RemoveRunning(r);

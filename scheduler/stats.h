@@ -40,6 +40,11 @@ struct SchedulerStats {
   int64_t total_step_tokens = 0;             // tokens computed in all steps
   int64_t total_prompt_tokens_computed = 0;  // of which at prompt positions (recompute included)
   int64_t total_output_tokens = 0;           // tokens sampled
+
+  // Structured outputs.
+  int64_t structured_requests = 0;         // accepted requests with a constraint
+  int32_t last_step_constrained_rows = 0;  // rows of the last step drawn under a grammar
+  double last_step_mask_s = 0;             // filling and applying their masks, summed over the rows
 };
 
 }  // namespace kvserve::scheduler

@@ -19,6 +19,7 @@ debian_packages=(
   libsentencepiece-dev libpcre2-dev libutf8proc-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev
   libssl-dev curl
+  python3 python3-pip python3-venv  # pip fetches xgrammar's source distribution (below)
 )
 
 # What the test suite and the benchmarks need besides.
@@ -53,6 +54,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# xgrammar's pinned source distribution (structured outputs), which the build
+# compiles into the daemon: scripts/fetch_xgrammar.sh, into ~/.cache/kvserve/sdist.
+"$root/scripts/fetch_xgrammar.sh"
 
 if [ "${KVSERVE_SKIP_PYTHON:-0}" != "1" ]; then
   # The environment lives outside the checkout, one per requirements file

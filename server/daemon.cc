@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -223,6 +224,19 @@ int RunDaemon(const ServerConfig& config) {
   absl::StatusOr<std::optional<http::HttpTlsOptions>> tls = ReadTlsFiles(config);
   if (!tls.ok()) return StartupFailed(tls.status());
 
+  // Grammar compilations report to the metrics, which exist only once the
+  // loop does; the compile thread may outlive them (it stops with the loop).
+  struct CompileSink {
+    std::mutex mu;
+    std::weak_ptr<ServerMetrics> metrics;  // guarded by mu
+  };
+  auto compile_sink = std::make_shared<CompileSink>();
+  engine_config.on_grammar_compiled = [compile_sink](double seconds, bool ok) {
+    std::lock_guard<std::mutex> lock(compile_sink->mu);
+    if (std::shared_ptr<ServerMetrics> m = compile_sink->metrics.lock()) {
+      m->OnGrammarCompiled(seconds, ok);
+    }
+  };
   scheduler::EngineLoop loop(std::make_unique<scheduler::EngineCore>(
       engine_config, scheduler::ModelInfoOf(model), std::move(backend_parts.runner)));
   auto metrics = std::make_shared<ServerMetrics>(
@@ -236,6 +250,10 @@ int RunDaemon(const ServerConfig& config) {
                        .version = KVSERVE_VERSION},
       loop);
   loop.SetStepObserver([m = metrics.get()](const scheduler::StepRecord& s) { m->OnStep(s); });
+  {
+    std::lock_guard<std::mutex> lock(compile_sink->mu);
+    compile_sink->metrics = metrics;
+  }
   loop.Start();
 
   absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =

@@ -17,6 +17,11 @@ const Histogram::BucketBoundaries kLatencyBuckets = {
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03,
     0.04,   0.05,  0.075, 0.1,   0.15,  0.2,    0.3,  0.4,   0.5,  0.75,  1.0,
     2.5,    5.0,   7.5,   10.0,  20.0,  40.0,   80.0, 160.0, 320.0};
+// Seconds, for the grammar masks of one step: tens of microseconds per
+// request when a grammar allows few tokens, milliseconds when it allows most.
+const Histogram::BucketBoundaries kMaskBuckets = {0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005,
+                                                  0.001,   0.002,   0.005,   0.01,   0.02,   0.05,
+                                                  0.1,     0.2,     0.5,     1.0};
 const Histogram::BucketBoundaries kTokenCountBuckets = {
     1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
 
@@ -222,6 +227,35 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
   step_duration_ =
       histogram("kvserve_step_duration_seconds",
                 "Duration of one engine step (schedule, model, sample, update).", kLatencyBuckets);
+
+  structured_requests_ =
+      &BuildCounter()
+           .Name("kvserve_structured_output_requests_total")
+           .Help(
+               "Requests accepted with a structured-output constraint (JSON, schema, regex, "
+               "choice or grammar).")
+           .Register(r)
+           .Add({});
+  grammar_compile_ =
+      histogram("kvserve_grammar_compile_seconds",
+                "Time to compile one structured-output grammar against the vocabulary (cache "
+                "misses only; off the engine thread).",
+                kLatencyBuckets);
+  grammar_compile_failures_ = &BuildCounter()
+                                   .Name("kvserve_grammar_compile_failures_total")
+                                   .Help("Grammar compilations that failed.")
+                                   .Register(r)
+                                   .Add({});
+  grammar_mask_ = histogram(
+      "kvserve_grammar_mask_seconds",
+      "Per engine step with constrained requests: time filling and applying their token masks, "
+      "summed over the requests.",
+      kMaskBuckets);
+}
+
+void ServerMetrics::OnGrammarCompiled(double seconds, bool ok) {
+  grammar_compile_->Observe(seconds);
+  if (!ok) grammar_compile_failures_->Increment();
 }
 
 void ServerMetrics::OnOutput(const scheduler::RequestOutput& output) {
@@ -245,6 +279,7 @@ void ServerMetrics::OnOutput(const scheduler::RequestOutput& output) {
 void ServerMetrics::OnStep(const scheduler::StepRecord& step) {
   step_tokens_->Observe(step.num_tokens);
   step_duration_->Observe(step.duration_s);
+  if (step.num_constrained_rows > 0) grammar_mask_->Observe(step.mask_s);
 }
 
 void ServerMetrics::OnHttpResponse(int status) {
@@ -293,6 +328,8 @@ void ServerMetrics::Refresh() const {
   // Cumulative scheduler counts become counter increments (never negative:
   // the stats only grow).
   preemptions_->Increment(static_cast<double>(s.num_preemptions - last_.num_preemptions));
+  structured_requests_->Increment(
+      static_cast<double>(s.structured_requests - last_.structured_requests));
   prefix_queries_->Increment(
       static_cast<double>(s.kv.prefix_queried_tokens - last_.kv.prefix_queried_tokens));
   prefix_hits_->Increment(static_cast<double>(s.kv.prefix_hit_tokens - last_.kv.prefix_hit_tokens));

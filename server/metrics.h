@@ -69,6 +69,8 @@ class ServerMetrics : public prometheus::Collectable {
   enum class Api : int { kGrpc = 0, kHttp = 1 };
   void OnAccepted(Api api);
   void OnHttpConnection(int delta);
+  // A grammar compilation finished (the compile thread).
+  void OnGrammarCompiled(double seconds, bool ok);
   // Stops reading the loop: later scrapes return the last values. After it
   // returns the loop may be destroyed.
   void Detach();
@@ -100,6 +102,7 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Counter* preemptions_;
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
+  prometheus::Counter* structured_requests_;
   mutable scheduler::SchedulerStats last_;  // guarded by refresh_mu_
 
   // Per-request.
@@ -122,6 +125,11 @@ class ServerMetrics : public prometheus::Collectable {
   // Per-step.
   prometheus::Histogram* step_tokens_;
   prometheus::Histogram* step_duration_;
+
+  // Structured outputs.
+  prometheus::Histogram* grammar_compile_;
+  prometheus::Counter* grammar_compile_failures_;
+  prometheus::Histogram* grammar_mask_;
 };
 
 }  // namespace kvserve::server

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "engine/model.h"
 #include "server/status_map.h"
+#include "xgrammar/grammar.h"
 
 namespace kvserve::server {
 namespace {
@@ -184,7 +185,77 @@ absl::StatusOr<scheduler::RequestParams> ToRequestParams(const v1::GenerateReque
   KVSERVE_RETURN_IF_ERROR(CheckLength(request.cache_salt(), "cache_salt", kMaxCacheSaltBytes));
   params.priority = request.priority();
   params.cache_salt = request.cache_salt();
+  KVSERVE_ASSIGN_OR_RETURN(params.constraint, ToConstraint(request));
   return params;
+}
+
+absl::Status CheckConstraint(const engine::grammar::Constraint& constraint,
+                             std::string_view field) {
+  using engine::grammar::ConstraintKind;
+  if (constraint.kind == ConstraintKind::kChoice) {
+    if (constraint.choices.empty()) return Invalid(field, "the list of choices is empty");
+    if (constraint.choices.size() > static_cast<size_t>(kMaxConstraintChoices)) {
+      return Invalid(field, absl::StrCat("at most ", kMaxConstraintChoices, " choices, got ",
+                                         constraint.choices.size()));
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < constraint.choices.size(); ++i) {
+      const std::string name = absl::StrCat(std::string(field), "[", i, "]");
+      if (constraint.choices[i].empty()) return Invalid(name, "empty choice");
+      KVSERVE_RETURN_IF_ERROR(CheckUtf8(constraint.choices[i], name));
+      total += constraint.choices[i].size();
+    }
+    if (total > static_cast<size_t>(kMaxConstraintBytes)) {
+      return Invalid(field, absl::StrCat("the choices total ", total, " bytes, more than ",
+                                         kMaxConstraintBytes));
+    }
+  } else if (constraint.kind != ConstraintKind::kJsonObject) {
+    if (constraint.text.empty()) return Invalid(field, "empty");
+    KVSERVE_RETURN_IF_ERROR(CheckLength(constraint.text, field, kMaxConstraintBytes));
+  }
+  absl::StatusOr<xgrammar::Grammar> grammar = engine::grammar::BuildGrammar(constraint);
+  if (!grammar.ok()) return Invalid(field, std::string(grammar.status().message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<engine::grammar::Constraint>> ToConstraint(
+    const v1::GenerateRequest& request) {
+  using engine::grammar::ConstraintKind;
+  engine::grammar::Constraint c;
+  std::string_view field;
+  switch (request.constraint_case()) {
+    case v1::GenerateRequest::CONSTRAINT_NOT_SET:
+      return std::nullopt;
+    case v1::GenerateRequest::kJsonObject:
+      if (!request.json_object()) return Invalid("json_object", "must be true when set");
+      c.kind = ConstraintKind::kJsonObject;
+      field = "json_object";
+      break;
+    case v1::GenerateRequest::kJsonSchema:
+      if (!request.json_schema().has_schema()) return Invalid("json_schema.schema", "required");
+      c.kind = ConstraintKind::kJsonSchema;
+      c.text = request.json_schema().schema();
+      c.strict = request.json_schema().strict();
+      field = "json_schema.schema";
+      break;
+    case v1::GenerateRequest::kRegex:
+      c.kind = ConstraintKind::kRegex;
+      c.text = request.regex();
+      field = "regex";
+      break;
+    case v1::GenerateRequest::kChoice:
+      c.kind = ConstraintKind::kChoice;
+      c.choices.assign(request.choice().choices().begin(), request.choice().choices().end());
+      field = "choice.choices";
+      break;
+    case v1::GenerateRequest::kGrammar:
+      c.kind = ConstraintKind::kGrammar;
+      c.text = request.grammar();
+      field = "grammar";
+      break;
+  }
+  KVSERVE_RETURN_IF_ERROR(CheckConstraint(c, field));
+  return c;
 }
 
 v1::FinishReason ToProto(scheduler::FinishReason reason) {

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/grammar/constraint.h"
 #include "engine/loader/generation_config.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpcpp/support/status.h"
@@ -33,6 +34,8 @@ inline constexpr int kMaxStopStringBytes = 256;
 inline constexpr int kMaxStopTokenIds = 64;
 inline constexpr int kMaxRequestIdBytes = 128;
 inline constexpr int kMaxCacheSaltBytes = 256;
+inline constexpr int kMaxConstraintBytes = 65536;  // a schema, regex or grammar; all choices
+inline constexpr int kMaxConstraintChoices = 256;
 
 // InvalidArgument "<field>: not valid UTF-8 (byte offset N)" unless valid.
 absl::Status CheckUtf8(std::string_view text, std::string_view field);
@@ -63,6 +66,16 @@ absl::Status CheckLogitBias(std::span<const engine::TokenBias> logit_bias, std::
 // tokenizer takes none. Errors name "<field>[i]".
 absl::Status CheckStopStrings(std::span<const std::string> stops,
                               const engine::Tokenizer* tokenizer, std::string_view field);
+
+// A structured-output constraint, as both APIs take it: its text at most
+// kMaxConstraintBytes of UTF-8 (the choices together too), at most
+// kMaxConstraintChoices choices, each non-empty, and a grammar xgrammar
+// accepts (engine::grammar::BuildGrammar). Errors name `field`.
+absl::Status CheckConstraint(const engine::grammar::Constraint& constraint, std::string_view field);
+
+// The proto's constraint oneof (none when unset), checked by CheckConstraint.
+absl::StatusOr<std::optional<engine::grammar::Constraint>> ToConstraint(
+    const v1::GenerateRequest& request);
 
 v1::FinishReason ToProto(scheduler::FinishReason reason);
 

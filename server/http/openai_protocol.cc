@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "engine/model.h"
+#include "server/http/openai_constraint.h"
 #include "server/request_convert.h"
 
 namespace kvserve::server::http {
@@ -428,10 +429,9 @@ absl::Status CheckUnimplemented(Endpoint endpoint, const Json& body) {
     return v != nullptr && !(v->is_object() && v->empty()) && !(v->is_array() && v->empty()) &&
            !(v->is_string() && v->get<std::string>().empty());
   };
-  for (const char* key : {"structured_outputs", "guided_json", "guided_regex", "guided_choice",
-                          "guided_grammar", "guided_decoding_backend", "prompt_logprobs"}) {
-    if (set(key)) return Invalid(key, "is not implemented");
-  }
+  // Structured outputs (response_format, structured_outputs, guided_*) are
+  // ParseConstraint's (openai_constraint.h), which refuses what it cannot honour.
+  if (set("prompt_logprobs")) return Invalid("prompt_logprobs", "is not implemented");
   if (endpoint == Endpoint::kCompletions) {
     if (non_empty("suffix")) return Invalid("suffix", "is not implemented");
     if (const Json* best_of = Field(body, "best_of"); best_of != nullptr) {
@@ -441,14 +441,6 @@ absl::Status CheckUnimplemented(Endpoint endpoint, const Json& body) {
       }
     }
     return absl::OkStatus();
-  }
-  if (const Json* format = Field(body, "response_format"); format != nullptr) {
-    const Json* type = format->is_object() ? Field(*format, "type") : nullptr;
-    if (type == nullptr || !(*type == "text")) {
-      return Invalid("response_format",
-                     "is not implemented: kvserve cannot constrain output to JSON or a schema "
-                     "yet (only {\"type\": \"text\"})");
-    }
   }
   // Tools reach the chat template (the model sees them), but the model's tool
   // calls are not parsed out of its text: only tool_choice "none" is served.
@@ -549,6 +541,7 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
   sampling.num_logprobs = before.num_logprobs;
   out.base.sampling = sampling;
   KVSERVE_RETURN_IF_ERROR(ParseStop(body, model, &out.base.stop));
+  KVSERVE_ASSIGN_OR_RETURN(out.base.constraint, ParseConstraint(body));
   std::optional<int32_t> max_tokens;
   const char* max_key = "max_tokens";
   if (endpoint == Endpoint::kChat && Field(body, "max_completion_tokens") != nullptr) {

@@ -198,6 +198,73 @@ def openai_requests() -> dict[str, bytes]:
     return out
 
 
+def structured_output_requests() -> dict[str, bytes]:
+    """Bodies with a structured-output constraint as the openai client sends them
+    (chat.completions.parse with a pydantic model, response_format, vLLM's
+    extra_body fields), for structured_output: flags byte (1: compile and walk),
+    a piece of walk choices, the body."""
+    import enum  # noqa: PLC0415
+    from typing import Optional  # noqa: PLC0415
+
+    import httpx2  # noqa: PLC0415
+    import openai  # noqa: PLC0415
+    import pydantic  # noqa: PLC0415
+
+    class Color(str, enum.Enum):
+        red = "red"
+        blue = "blue"
+
+    class Item(pydantic.BaseModel):
+        name: str = pydantic.Field(max_length=8)
+        count: int = pydantic.Field(ge=0, le=9)
+        color: Optional[Color]
+
+    class Order(pydantic.BaseModel):
+        items: list[Item] = pydantic.Field(max_length=2)
+        paid: bool
+
+    bodies: list[bytes] = []
+
+    def capture(request):
+        bodies.append(request.content)
+        return httpx2.Response(400, json={"error": {"message": "seed"}})
+
+    client = openai.OpenAI(base_url="http://seed/v1", api_key="k", max_retries=0,
+                           http_client=httpx2.Client(transport=httpx2.MockTransport(capture)))
+    messages = [{"role": "user", "content": "an order"}]
+    calls = [
+        ("parse_pydantic", lambda: client.chat.completions.parse(
+            model="builtin:tiny", messages=messages, response_format=Order, max_tokens=64)),
+        ("json_object", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=messages, response_format={"type": "json_object"})),
+        ("structured_regex", lambda: client.completions.create(
+            model="builtin:tiny", prompt="x", extra_body={
+                "structured_outputs": {"regex": "(ab|c)[0-9]{1,3}"}})),
+        ("structured_choice", lambda: client.completions.create(
+            model="builtin:tiny", prompt="x", extra_body={
+                "structured_outputs": {"choice": ["yes", "no", "a \"quote\""]}})),
+        ("structured_grammar", lambda: client.completions.create(
+            model="builtin:tiny", prompt="x", extra_body={
+                "structured_outputs": {"grammar": 'root ::= "(" item ("," item)* ")"\n'
+                                                  'item ::= [a-z]+ | root'}})),
+        ("guided_json", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=messages, extra_body={
+                "guided_json": {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
+                "guided_decoding_backend": "xgrammar"})),
+        ("guided_choice", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=messages, extra_body={"guided_choice": ["a", "b"]})),
+    ]
+    out = {}
+    for name, call in calls:
+        try:
+            call()
+        except openai.BadRequestError:
+            pass
+        out[name] = b"\x01" + piece(bytes(range(7, 7 + 40))) + bodies[-1]
+    out["no_walk"] = b"\x00" + piece(b"") + bodies[0]
+    return out
+
+
 def kv_codec_seeds() -> dict[str, bytes]:
     """Rows for kv_codec: format index (kAllKvDtypes order), dim - 1, fp32s."""
     rng = np.random.default_rng(3)
@@ -265,6 +332,8 @@ def main() -> None:
         write("generate_request", name, data)
     for name, data in openai_requests().items():
         write("openai_request", name, data)
+    for name, data in structured_output_requests().items():
+        write("structured_output", name, data)
 
     write_kv_codec_seeds()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import grpc
 import openai
 import pytest
 import torch
@@ -167,6 +169,28 @@ def test_completion_equals_grpc(daemon, client):
     for api in ("grpc", "http"):  # two requests through each API
         assert kf.metric(after, "kvserve_api_requests_total", api=api) == \
             kf.metric(before, "kvserve_api_requests_total", api=api) + 2, api
+
+
+def test_constrained_completion_equals_grpc(daemon, client):
+    """The gRPC constraint oneof and the HTTP fields are one constraint: the same
+    seeded draw, through either API, ends when the grammar is complete."""
+    pattern = "(red|green|blue)-[0-9]{2,3}"
+    for seed in (1, 2, 3):
+        req = text_request(PROMPT, 24, ignore_eos=True, temperature=1.0)
+        req.sampling.seed = seed
+        req.regex = pattern
+        ref = stream(daemon.stub, req).check_ok()
+        assert re.fullmatch(pattern, ref.text), ref.text
+        out = client.completions.create(model=TINY, prompt=PROMPT, max_tokens=24,
+                                        temperature=1.0, seed=seed,
+                                        extra_body={"ignore_eos": True, "guided_regex": pattern})
+        assert out.choices[0].text == ref.text
+        assert out.choices[0].finish_reason == "stop"
+    req = text_request(PROMPT, 8)
+    req.json_schema.schema = '{"type": "object", "properties": {"a": {"$ref": "#/nope"}}}'
+    res = stream(daemon.stub, req)
+    assert res.code == grpc.StatusCode.INVALID_ARGUMENT, res
+    assert res.details.startswith("json_schema.schema:"), res.details
 
 
 def test_token_id_prompts_and_prompt_lists(daemon, client):
@@ -629,14 +653,19 @@ TOOLS = [{"type": "function", "function": {
 
 
 @pytest.mark.parametrize("kwargs,param", [
-    ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"response_format": {"type": "json_schema", "json_schema": {
-        "name": "answer", "schema": {"type": "object"}, "strict": True}}}, "response_format"),
+        "name": "answer", "schema": {"type": "object", "properties": {
+            "a": {"$ref": "#/$defs/missing"}}}, "strict": True}}},
+     "response_format.json_schema.schema"),
+    ({"response_format": {"type": "structural_tag"}}, "response_format.type"),
     ({"tools": TOOLS}, "tools"),
     ({"tools": TOOLS, "tool_choice": "required"}, "tools"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
      "tools"),
-    ({"extra_body": {"guided_json": {"type": "object"}}}, "guided_json"),
+    ({"extra_body": {"guided_json": {"type": "object"}, "guided_whitespace_pattern": " "}},
+     "guided_whitespace_pattern"),
+    ({"extra_body": {"guided_regex": "(", "guided_decoding_backend": "xgrammar"}},
+     "guided_regex"),
 ])
 def test_unimplemented_chat_fields_are_400(chat_daemon, chat_dir, kwargs, param):
     client = client_for(chat_daemon)
@@ -645,6 +674,45 @@ def test_unimplemented_chat_fields_are_400(chat_daemon, chat_dir, kwargs, param)
                                        **kwargs)
     assert e.value.status_code == 400
     assert e.value.body["param"] == param, e.value.body
+
+
+# Structured outputs on a random-weight model with a byte-level BPE vocabulary
+# (multi-byte tokens such as "Ġhello"): its text is noise, so only the grammar
+# makes it match.
+ANSWER_SCHEMA = {"type": "object", "properties": {
+    "city": {"enum": ["Paris", "Lyon"]},
+    "rank": {"type": "integer", "minimum": 1, "maximum": 9},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2}},
+    "required": ["city", "rank", "tags"], "additionalProperties": False}
+
+
+def test_structured_outputs_hold_on_a_byte_level_vocabulary(chat_daemon, chat_dir):
+    client = client_for(chat_daemon)
+    for seed in range(3):
+        out = client.chat.completions.create(
+            model=str(chat_dir[0]), messages=MESSAGES, max_tokens=96, seed=seed,
+            response_format={"type": "json_schema", "json_schema": {
+                "name": "answer", "schema": ANSWER_SCHEMA, "strict": True}})
+        choice = out.choices[0]
+        assert choice.finish_reason == "stop", choice.message.content
+        answer = json.loads(choice.message.content)
+        assert set(answer) == {"city", "rank", "tags"}, answer
+        assert answer["city"] in ("Paris", "Lyon") and 1 <= answer["rank"] <= 9, answer
+        assert len(answer["tags"]) <= 2 and all(len(t) <= 6 for t in answer["tags"]), answer
+        out = client.chat.completions.create(
+            model=str(chat_dir[0]), messages=MESSAGES, max_tokens=16, seed=seed,
+            extra_body={"guided_choice": ["the capital", "hello world", "fox"]})
+        assert out.choices[0].message.content in ("the capital", "hello world", "fox")
+        out = client.completions.create(
+            model=str(chat_dir[0]), prompt="quick brown", max_tokens=16, seed=seed,
+            extra_body={"structured_outputs": {"regex": "(quick|lazy) [a-z]{2,5}"}})
+        assert re.fullmatch("(quick|lazy) [a-z]{2,5}", out.choices[0].text), out.choices[0].text
+    streamed = "".join(
+        c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model=str(chat_dir[0]), messages=MESSAGES, max_tokens=96, seed=7, stream=True,
+            response_format={"type": "json_schema", "json_schema": {
+                "name": "answer", "schema": ANSWER_SCHEMA}}) if c.choices)
+    assert set(json.loads(streamed)) == {"city", "rank", "tags"}, streamed
 
 
 def test_tools_with_tool_choice_none_render_and_answer_text(chat_daemon, chat_dir):

@@ -4,7 +4,8 @@
 // fake: a runner that computes logits with the CPU ModelRunner and samples
 // each row from its SampleSpec alone (mask, params, prompt and output spans)
 // — so any field the scheduler forgets or fills wrongly (a stale output span,
-// a missing min_tokens mask, rows out of order) changes the tokens.
+// a missing min_tokens mask, a missing grammar mask, rows out of order)
+// changes the tokens.
 #include <limits>
 #include <map>
 #include <random>
@@ -64,6 +65,11 @@ std::vector<RequestParams> MakeRequests() {
       p.stop.min_tokens = 4;
       for (int32_t t = 0; t < 128; ++t) p.stop.stop_token_ids.push_back(t);
     }
+    if (i % 2 == 1 && i % 3 != 0) {
+      // Structured output: the device gets the grammar's mask as masked ids.
+      p.constraint = engine::grammar::Constraint{.kind = engine::grammar::ConstraintKind::kRegex,
+                                                 .text = "[0-9]{3}"};
+    }
     p.return_logprobs = i % 2 == 0;
     p.sampling = testing::VariedSampling(i, 77);
     requests.push_back(std::move(p));
@@ -106,6 +112,11 @@ TEST(DeviceSamplingPath, SameOutputsAsHostSampling) {
     EXPECT_EQ(d.tokens, h.tokens) << "request " << id;
     EXPECT_EQ(d.text, h.text) << "request " << id;
     EXPECT_EQ(d.final.finish_reason, h.final.finish_reason) << "request " << id;
+    if (id % 2 == 1 && id % 3 != 0) {
+      EXPECT_EQ(d.text.size(), 3u) << d.text;
+      for (char c : d.text) EXPECT_TRUE(c >= '0' && c <= '9') << d.text;
+      EXPECT_EQ(d.final.finish_reason, FinishReason::kStopToken) << d.text;
+    }
   }
 }
 

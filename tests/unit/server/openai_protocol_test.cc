@@ -195,20 +195,22 @@ TEST_F(OpenAiProtocolTest, UnimplementedFieldsAreRejectedByName) {
   EXPECT_EQ(Param(R"({"prompt": "hi", "best_of": 2, "n": 2})"), "<ok>");
   EXPECT_EQ(Param(R"({"prompt": "hi", "suffix": ""})"), "<ok>");
   EXPECT_EQ(Param(R"({"prompt": "hi", "prompt_logprobs": 1})"), "prompt_logprobs");
-  EXPECT_EQ(Param(R"({"prompt": "hi", "guided_regex": "a+"})"), "guided_regex");
-  EXPECT_EQ(Param(R"({"prompt": "hi", "structured_outputs": {"choice": ["a"]}})"),
-            "structured_outputs");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "structured_outputs": {"choice": ["a"],
+    "structural_tag": "{}"}})"),
+            "structured_outputs.structural_tag");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "guided_regex": "a+", "guided_whitespace_pattern": " "})"),
+            "guided_whitespace_pattern");
   absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::FromSource(
       "{% for m in messages %}{{ m.content }}{% endfor %}", nlohmann::json::object());
   ASSERT_TRUE(tmpl.ok()) << tmpl.status();
   model_.chat_template = &*tmpl;
   const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
   const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
-  EXPECT_EQ(Param(chat + R"("response_format": {"type": "json_object"}})", Endpoint::kChat),
-            "response_format");
+  EXPECT_EQ(Param(chat + R"("response_format": {"type": "structural_tag"}})", Endpoint::kChat),
+            "response_format.type");
   EXPECT_EQ(Param(chat + R"("response_format": {"type": "json_schema", "json_schema": {}}})",
                   Endpoint::kChat),
-            "response_format");
+            "response_format.json_schema.schema");
   EXPECT_EQ(Param(chat + R"("response_format": {"type": "text"}})", Endpoint::kChat), "<ok>");
   EXPECT_EQ(Param(chat + tools + "}", Endpoint::kChat), "tools");
   EXPECT_EQ(Param(chat + tools + R"(, "tool_choice": "auto"})", Endpoint::kChat), "tools");
