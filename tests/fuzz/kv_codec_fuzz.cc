@@ -43,8 +43,9 @@ double Bound(KvDtype dtype, double x, double s) {
     case KvDtype::kFp8E4m3:  // 3 mantissa bits; subnormal step 2^-9 of s
       return std::max(a * 0x1p-4, s * 0x1p-10);
     case KvDtype::kInt8:
-    case KvDtype::kInt4:
       return s * 0.5;
+    case KvDtype::kInt4:  // s = max / 8: a value above 7.5 s is clamped to 7 s
+      return x > 7.5 * s ? s : s * 0.5;
     case KvDtype::kFp4E2m1:  // 1 mantissa bit; step .5 of s below 1
       return std::max(a * 0.25, s * 0.25);
   }
