@@ -361,8 +361,8 @@ void GemmDot(const GemmParams& p, CpuIsa isa, ThreadPool* pool) {
     int8_t* codes = bytes.data();
     float* row_scales = scales.data();
     ConvertRows(p.m, p.w->k, pool, [&](int64_t r0, int64_t r1) {
-      quantize(rotated_x + r0 * p.w->k, p.w->k, r1 - r0, p.w->k, x.shifted,
-               codes + r0 * x.ld, row_scales + r0);
+      quantize(rotated_x + r0 * p.w->k, p.w->k, r1 - r0, p.w->k, x.shifted, codes + r0 * x.ld,
+               row_scales + r0);
     });
     x.scales = scales.data();
   } else {
