@@ -22,6 +22,7 @@
 #include "engine/sampling/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/unit/grammar/constraint_builders.h"
 
 namespace kvserve::engine::grammar {
 namespace {
@@ -62,26 +63,9 @@ std::set<int32_t> BytesOf(const std::string& s) {
   return out;
 }
 
-Constraint Choice(std::vector<std::string> choices) {
-  Constraint c;
-  c.kind = ConstraintKind::kChoice;
-  c.choices = std::move(choices);
-  return c;
-}
-
-Constraint Regex(std::string re) {
-  Constraint c;
-  c.kind = ConstraintKind::kRegex;
-  c.text = std::move(re);
-  return c;
-}
-
-Constraint Schema(std::string schema) {
-  Constraint c;
-  c.kind = ConstraintKind::kJsonSchema;
-  c.text = std::move(schema);
-  return c;
-}
+using test_constraints::Choice;
+using test_constraints::Regex;
+using test_constraints::Schema;
 
 TEST(GrammarVocabTest, EveryIdIsItsBytesAndSpecialTokensAreEmpty) {
   const std::vector<std::string> vocab = DecodedVocabulary(Bytes());
@@ -257,8 +241,11 @@ TEST(MaskedSamplingTest, DrawsOnlyAllowedTokensUnderEverySetting) {
   std::vector<float> masked = logits;
   m.ApplyMask(masked);
   for (int32_t t = 0; t < kVocab; ++t) {
-    if (!allowed.contains(t)) EXPECT_EQ(masked[t], -std::numeric_limits<float>::infinity()) << t;
-    if (allowed.contains(t)) EXPECT_EQ(masked[t], logits[t]) << t;
+    if (allowed.contains(t)) {
+      EXPECT_EQ(masked[t], logits[t]) << t;
+    } else {
+      EXPECT_EQ(masked[t], -std::numeric_limits<float>::infinity()) << t;
+    }
   }
 
   int32_t best_allowed = '0';

@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "scheduler/engine_core.h"
 #include "tests/unit/engine/engine_test_util.h"
+#include "tests/unit/grammar/constraint_builders.h"
 #include "tests/unit/scheduler/scheduler_test_util.h"
 
 namespace kvserve::scheduler {
@@ -43,29 +44,15 @@ RequestParams Params(std::mt19937& rng, int i, std::optional<Constraint> constra
   return p;
 }
 
-Constraint Choice(std::vector<std::string> choices) {
-  Constraint c;
-  c.kind = ConstraintKind::kChoice;
-  c.choices = std::move(choices);
-  return c;
-}
-
-Constraint Regex(std::string re) {
-  Constraint c;
-  c.kind = ConstraintKind::kRegex;
-  c.text = std::move(re);
-  return c;
-}
+using engine::grammar::test_constraints::Choice;
+using engine::grammar::test_constraints::Regex;
 
 Constraint Schema() {
-  Constraint c;
-  c.kind = ConstraintKind::kJsonSchema;
-  c.text = R"({"type": "object", "properties": {
+  return engine::grammar::test_constraints::Schema(R"({"type": "object", "properties": {
       "color": {"enum": ["red", "green", "blue"]},
       "n": {"type": "integer", "minimum": 0, "maximum": 99},
       "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}},
-    "required": ["color", "n", "tags"], "additionalProperties": false})";
-  return c;
+    "required": ["color", "n", "tags"], "additionalProperties": false})");
 }
 
 constexpr char kRegex[] = "(yes|no)-[0-9]{2}";
