@@ -27,6 +27,7 @@ test_packages=(
   libbenchmark-dev
   prometheus openssl  # promtool on /metrics and the alert rules; certificates for the TLS tests
   clang libclang-rt-14-dev  # the ASan/UBSan build and libFuzzer (scripts/test_sanitizers.sh)
+  ccache  # the three builds of a CI run reuse the last run's objects (CMakeLists.txt)
 )
 
 # KVSERVE_SETUP=daemon: only what the daemon needs (scripts/run.sh), no Python.
