@@ -84,6 +84,17 @@ if [ "${KVSERVE_SKIP_PYTHON:-0}" != "1" ]; then
     "$venv/bin/python" -m pip install -q --no-cache-dir -r "$req"
     echo "$want" > "$stamp"
   fi
+  # The client software the tests drive (lm-eval, agent frameworks), layered
+  # on the same environment with the oracle's pins as constraints; its own
+  # stamp, so that a change to it installs only what changed.
+  clients="$root/tests/clients/requirements.txt"
+  want_clients=$( (cat "$req" "$clients") | sha256sum | cut -d' ' -f1)
+  clients_stamp="$venv/.clients.sha256"
+  if [ ! -f "$clients_stamp" ] || [ "$(cat "$clients_stamp")" != "$want_clients" ]; then
+    echo "setup: installing the client software the tests drive into $venv (lm-eval, openai-agents, litellm, langchain-openai)"
+    "$venv/bin/python" -m pip install -q --no-cache-dir -r "$clients" -c "$req"
+    echo "$want_clients" > "$clients_stamp"
+  fi
   [ "$venv" = "$root/.venv" ] || ln -sfn "$venv" "$root/.venv"
 fi
 echo "setup: done"
