@@ -1,5 +1,6 @@
 #include "scheduler/capacity_policy.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -22,8 +23,10 @@ std::string_view RejectReasonName(RejectReason reason) {
 }
 
 int32_t CapacityPolicy::MaxBlocksNeeded(const RequestParams& params) const {
-  const int64_t slots =
-      static_cast<int64_t>(params.prompt_tokens.size()) + params.stop.max_tokens - 1;
+  // K/V of every token but the last output (never fed back); with
+  // max_tokens 0, of the whole prompt.
+  const int64_t prompt_len = static_cast<int64_t>(params.prompt_tokens.size());
+  const int64_t slots = std::max(prompt_len, prompt_len + params.stop.max_tokens - 1);
   return static_cast<int32_t>((slots + limits_.block_size - 1) / limits_.block_size);
 }
 
@@ -39,9 +42,19 @@ absl::Status CapacityPolicy::CheckSubmission(const RequestParams& params) const 
     }
   }
   const StopParams& stop = params.stop;
-  if (stop.max_tokens < 1) {
+  if (stop.max_tokens < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("max_tokens: must be at least 1, got ", stop.max_tokens));
+        absl::StrCat("max_tokens: must be at least 0, got ", stop.max_tokens));
+  }
+  if (params.num_prompt_logprobs < -1 || params.num_prompt_logprobs > engine::kMaxLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt_logprobs: must be in [0, ",
+                                                   engine::kMaxLogprobs, "], got ",
+                                                   params.num_prompt_logprobs));
+  }
+  if (params.num_prompt_logprobs >= 0 && !limits_.supports_prompt_logprobs) {
+    return absl::InvalidArgumentError(
+        "prompt_logprobs: not computed by this backend's device sampler (serve on the cpu "
+        "backend)");
   }
   if (stop.min_tokens < 0 || stop.min_tokens > stop.max_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -38,6 +38,9 @@ struct CapacityLimits {
   // false when the runner samples on its device, whose sampler (the cuda
   // backend's) does not apply logit_bias: such requests are refused by name.
   bool supports_logit_bias = true;
+  // False for a runner that samples on its device: it returns no logits
+  // rows but the sampled ones, so prompt tokens cannot be scored.
+  bool supports_prompt_logprobs = true;
   int32_t max_waiting_requests = 1024;
   int64_t max_waiting_tokens = int64_t{1} << 22;
 };

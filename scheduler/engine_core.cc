@@ -28,6 +28,7 @@ SchedulerConfig MakeSchedulerConfig(const EngineConfig& c, const ModelInfo& m,
                               .vocab_size = m.vocab_size,
                               .has_tokenizer = m.tokenizer != nullptr,
                               .supports_logit_bias = !runner->SamplesOnDevice(),
+                              .supports_prompt_logprobs = !runner->SamplesOnDevice(),
                               .max_waiting_requests = c.max_waiting_requests,
                               .max_waiting_tokens = c.max_waiting_tokens};
   s.eos_token_ids = m.eos_token_ids;

@@ -62,6 +62,7 @@ OutputQueue::Collected OutputQueue::Collect() {
     c.token_ids.insert(c.token_ids.end(), out.token_ids.begin(), out.token_ids.end());
     c.text += out.text;
     for (auto& lp : out.logprobs) c.logprobs.push_back(std::move(lp));
+    for (auto& lp : out.prompt_logprobs) c.prompt_logprobs.push_back(std::move(lp));
     if (out.finished) {
       c.final = std::move(out);
       return c;

@@ -67,6 +67,7 @@ struct TokenLogprobs {
   int32_t token = 0;
   float logprob = 0;
   std::vector<engine::TokenLogprob> top;  // best first; sampling.num_logprobs entries
+  int32_t rank = 0;  // prompt logprobs: the token's rank (1: the top); 0 for sampled tokens
 };
 
 struct RequestOutput {
@@ -74,6 +75,10 @@ struct RequestOutput {
   std::vector<int32_t> token_ids;       // new output tokens (a stop token included)
   std::string text;                     // new text, valid UTF-8, stop string excluded
   std::vector<TokenLogprobs> logprobs;  // one per new token when requested
+  // With RequestParams::num_prompt_logprobs >= 0: prompt tokens 1..n-1 scored
+  // by the prefill (token 0 has no context), all in one message: the one
+  // that carries the first output token, or the final one (max_tokens 0).
+  std::vector<TokenLogprobs> prompt_logprobs;
   bool finished = false;
   // Set on the final message only.
   FinishReason finish_reason = FinishReason::kNone;
@@ -106,6 +111,7 @@ class OutputQueue : public std::enable_shared_from_this<OutputQueue> {
     std::vector<int32_t> token_ids;
     std::string text;
     std::vector<TokenLogprobs> logprobs;
+    std::vector<TokenLogprobs> prompt_logprobs;
     int num_messages = 0;
     RequestOutput final;  // the finished message (its own deltas are merged above)
   };

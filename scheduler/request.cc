@@ -69,6 +69,13 @@ void Request::AppendOutput(int32_t token, TimePoint now) {
   token_times_.push_back(now);
 }
 
+void Request::AddPromptLogprob(TokenLogprobs scored) {
+  KVSERVE_CHECK(scoring_prompt());
+  KVSERVE_CHECK(scored.token == tokens_[static_cast<size_t>(next_scored_position_)]);
+  prompt_logprobs_.push_back(std::move(scored));
+  ++next_scored_position_;
+}
+
 Usage Request::MakeUsage() const {
   return Usage{.prompt_tokens = num_prompt_tokens_,
                .cached_prompt_tokens = cached_prompt_tokens_,

@@ -49,6 +49,13 @@ struct RequestParams {
   engine::SamplingParams sampling = {};
   StopParams stop = {};
   bool return_logprobs = false;  // chosen token + sampling.num_logprobs top
+  // Prompt logprobs (vLLM's prompt_logprobs; OpenAI's echo with logprobs):
+  // -1 off; else every prompt token after the first is scored with this
+  // many top entries (0..kMaxLogprobs), from the raw model distribution.
+  // Such a request computes its whole prompt: it reads no prefix-cache
+  // blocks until its prompt is scored (their positions' logits are never
+  // computed again), though its own blocks enter the cache for others.
+  int32_t num_prompt_logprobs = -1;
   // Lower value = more important: admitted first, preempted last (vLLM's
   // convention). FCFS within one priority.
   int32_t priority = 0;
@@ -123,6 +130,17 @@ class Request {
   Usage MakeUsage() const;
   Timings MakeTimings() const;
 
+  // Prompt logprobs (params().num_prompt_logprobs >= 0): true until every
+  // prompt token after the first is scored.
+  bool scoring_prompt() const {
+    return params_.num_prompt_logprobs >= 0 && next_scored_position_ < num_prompt_tokens_;
+  }
+  // The next prompt position to score (>= 1), and those scored so far,
+  // which TakePromptLogprobs hands out once the prompt is complete.
+  int32_t next_scored_position() const { return next_scored_position_; }
+  void AddPromptLogprob(TokenLogprobs scored);
+  std::vector<TokenLogprobs> TakePromptLogprobs() { return std::move(prompt_logprobs_); }
+
   // Scheduler bookkeeping: the step number in which it was last scheduled.
   int64_t last_scheduled_step = -1;
   // Set iff params().constraint is.
@@ -143,6 +161,8 @@ class Request {
   int32_t num_preemptions_ = 0;
   int32_t num_tokens_at_preemption_ = 0;
   int32_t cached_prompt_tokens_ = 0;  // at first admission
+  int32_t next_scored_position_ = 1;
+  std::vector<TokenLogprobs> prompt_logprobs_;
 
   std::optional<TimePoint> first_admitted_;
   std::optional<TimePoint> finished_;

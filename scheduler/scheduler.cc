@@ -162,10 +162,14 @@ void Scheduler::AddScheduled(Request* r, int32_t n, BatchPlanner& planner, Sched
   planner.Take(n);
   r->last_scheduled_step = step_;
   const int32_t first = r->num_computed_tokens();
-  out.scheduled.push_back(ScheduledRequest{.request = r,
-                                           .num_new_tokens = n,
-                                           .first_position = first,
-                                           .samples = first + n == r->num_tokens()});
+  // max_tokens 0 (a prompt scored or echoed): caught up, it finishes unsampled.
+  const bool samples = first + n == r->num_tokens() && r->params().stop.max_tokens > 0;
+  out.scheduled.push_back(ScheduledRequest{
+      .request = r,
+      .num_new_tokens = n,
+      .first_position = first,
+      .samples = samples,
+      .num_logits_rows = r->scoring_prompt() ? n : (samples ? 1 : 0)});
   out.num_tokens += n;
 }
 
@@ -218,8 +222,14 @@ void Scheduler::AdmitWaiting(BatchPlanner& planner, SchedulerOutput& out, TimePo
     Request* r = waiting_.front();
     // Lookup and allocation with no pool change in between (the prefix is
     // only valid until then).
-    const CachedPrefix prefix =
+    CachedPrefix prefix =
         kv_->GetComputedBlocks(r->tokens(), ExtraKeys{.cache_salt = r->params().cache_salt});
+    if (r->scoring_prompt()) {
+      // Cached positions have no logits to score: it computes them all (the
+      // lookup's hashes stay, so its full blocks still enter the cache).
+      prefix.blocks.clear();
+      prefix.num_tokens = 0;
+    }
     const int32_t offered = planner.Offer(r->num_tokens() - prefix.num_tokens);
     const int32_t n = BatchPlanner::FitToBlocks(offered, prefix.num_tokens,
                                                 static_cast<int32_t>(prefix.blocks.size()),
@@ -273,9 +283,13 @@ engine::StepInput Scheduler::BuildStepInput(const SchedulerOutput& out,
   in.block_table_start.reserve(out.scheduled.size() + 1);
   for (const ScheduledRequest& s : out.scheduled) {
     const Request* r = s.request;
+    using Logits = engine::StepInput::Logits;
+    const Logits logits = s.num_logits_rows == 0   ? Logits::kNone
+                          : s.num_logits_rows == 1 ? Logits::kLast
+                                                   : Logits::kAll;
+    KVSERVE_CHECK(s.num_logits_rows <= 1 || s.num_logits_rows == s.num_new_tokens);
     in.AddSequence(r->tokens().subspan(s.first_position, s.num_new_tokens), s.first_position,
-                   kv_->BlockTable(r->id()), kv_->block_size(),
-                   s.samples ? engine::StepInput::Logits::kLast : engine::StepInput::Logits::kNone);
+                   kv_->BlockTable(r->id()), kv_->block_size(), logits);
     if (with_sample_specs && s.samples) {
       in.sample_specs.push_back(engine::SampleSpec{
           .params = r->params().sampling,

@@ -55,6 +55,11 @@ struct ScheduledRequest {
   int32_t num_new_tokens = 0;
   int32_t first_position = 0;  // num_computed_tokens when scheduled
   bool samples = false;        // caught up after this step: needs logits, samples
+  // Logits rows the step returns for it, in position order from
+  // first_position: all num_new_tokens while it scores its prompt
+  // (Request::scoring_prompt), else 1 when it samples, else 0. When it
+  // samples, its last row is the one sampled.
+  int32_t num_logits_rows = 0;
 };
 
 struct SchedulerOutput {
@@ -142,6 +147,11 @@ class Scheduler {
   void SampleRows(const SchedulerOutput& out, const engine::StepOutput& step);
   // Appends a sampled token, then advances its grammar, stop checks and outputs.
   void Emit(Request* r, engine::SampleResult result, TimePoint now);
+  // Scores the prompt tokens that s's logits rows (from first_row) predict.
+  void ScorePrompt(Request* r, const ScheduledRequest& s, const engine::StepOutput& step,
+                   size_t first_row);
+  // A request with max_tokens 0 whose prompt is computed finishes (kLength).
+  void FinishUnsampled(Request* r, TimePoint now);
   // Any unfinished state -> FINISHED: frees blocks, dequeues, completes and
   // delivers `out` as the final message, destroys the request.
   void FinishRequest(Request* r, FinishReason reason, RequestOutput out, TimePoint now);

@@ -17,7 +17,8 @@ void Scheduler::Update(const SchedulerOutput& out, const engine::StepOutput& ste
   // its own request's tokens and stop state, which the loop below changes
   // for that request alone, after its row was drawn.
   SampleRows(out, step);
-  size_t row = 0;
+  size_t row = 0;         // sampled row (sampled_ or step.samples)
+  size_t logits_row = 0;  // first logits row of the next scheduled request
   ++stats_.num_steps;
   stats_.last_step_tokens = out.num_tokens;
   stats_.last_step_seqs = static_cast<int32_t>(out.scheduled.size());
@@ -32,9 +33,14 @@ void Scheduler::Update(const SchedulerOutput& out, const engine::StepOutput& ste
       stats_.total_prompt_tokens_computed +=
           std::min(prompt_end, s.first_position + s.num_new_tokens) - s.first_position;
     }
+    if (r->scoring_prompt()) ScorePrompt(r, s, step, logits_row);
+    logits_row += static_cast<size_t>(s.num_logits_rows);
     r->AdvanceComputed(s.num_new_tokens);
     kv_->CommitComputed(r->id(), r->tokens(), r->num_computed_tokens());
-    if (!s.samples) continue;
+    if (!s.samples) {
+      if (r->num_computed_tokens() == r->num_tokens()) FinishUnsampled(r, now);  // max_tokens 0
+      continue;
+    }
     if (!step.samples.empty()) {  // sampled on the device
       KVSERVE_CHECK(row < step.samples.size());
       Emit(r, step.samples[row++], now);  // may finish (and destroy) r
@@ -45,18 +51,50 @@ void Scheduler::Update(const SchedulerOutput& out, const engine::StepOutput& ste
   if (!step.samples.empty()) {
     KVSERVE_CHECK(row == step.samples.size());
   } else {
-    KVSERVE_CHECK(row * static_cast<size_t>(step.vocab_size) == step.logits.size());
+    KVSERVE_CHECK(logits_row * static_cast<size_t>(step.vocab_size) == step.logits.size());
   }
+}
+
+void Scheduler::ScorePrompt(Request* r, const ScheduledRequest& s, const engine::StepOutput& step,
+                            size_t first_row) {
+  // Row j holds the logits after position first_position + j, which score
+  // the prompt token that follows it; rows of positions scored before a
+  // preemption are skipped.
+  KVSERVE_CHECK(step.samples.empty() && s.num_logits_rows == s.num_new_tokens);
+  const std::span<const int32_t> prompt = r->prompt();
+  for (int32_t j = 0; j < s.num_new_tokens && r->scoring_prompt(); ++j) {
+    const int32_t scored = s.first_position + j + 1;
+    if (scored < r->next_scored_position()) continue;
+    const engine::TokenScore score =
+        engine::ScoreToken(step.row(first_row + static_cast<size_t>(j)),
+                           prompt[static_cast<size_t>(scored)], r->params().num_prompt_logprobs);
+    r->AddPromptLogprob(TokenLogprobs{.token = score.token,
+                                      .logprob = score.logprob,
+                                      .top = score.top_logprobs,
+                                      .rank = score.rank});
+  }
+}
+
+void Scheduler::FinishUnsampled(Request* r, TimePoint now) {
+  RequestOutput out;
+  out.prompt_logprobs = r->TakePromptLogprobs();
+  // RUNNING -> FINISHED(length): max_tokens 0, the prompt computed
+  FinishRequest(r, FinishReason::kLength, std::move(out), now);
 }
 
 void Scheduler::SampleRows(const SchedulerOutput& out, const engine::StepOutput& step) {
   sampled_.clear();
   if (!step.samples.empty()) return;  // sampled on the device
   std::vector<Request*> rows;
+  std::vector<size_t> logits_rows;  // rows[i]'s row of step.logits: its last one
+  size_t num_logits_rows = 0;
   for (const ScheduledRequest& s : out.scheduled) {
-    if (s.samples) rows.push_back(s.request);
+    num_logits_rows += static_cast<size_t>(s.num_logits_rows);
+    if (!s.samples) continue;
+    rows.push_back(s.request);
+    logits_rows.push_back(num_logits_rows - 1);
   }
-  KVSERVE_CHECK(rows.size() * static_cast<size_t>(step.vocab_size) == step.logits.size());
+  KVSERVE_CHECK(num_logits_rows * static_cast<size_t>(step.vocab_size) == step.logits.size());
   sampled_.resize(rows.size());
   mask_seconds_.assign(rows.size(), 0.0);
   const auto sample = [&](int64_t begin, int64_t end) {
@@ -66,7 +104,7 @@ void Scheduler::SampleRows(const SchedulerOutput& out, const engine::StepOutput&
     std::vector<float> masked;
     for (int64_t i = begin; i < end; ++i) {
       Request& r = *rows[i];
-      std::span<const float> logits = step.row(i);
+      std::span<const float> logits = step.row(logits_rows[static_cast<size_t>(i)]);
       const std::span<const int32_t> mask =
           r.stop_checker().StopTokensToMask(r.num_output_tokens());
       if (!mask.empty() || r.grammar) {
@@ -115,6 +153,7 @@ void Scheduler::Emit(Request* r, engine::SampleResult result, TimePoint now) {
 
   RequestOutput out;
   out.request_id = r->id();
+  if (r->num_output_tokens() == 1) out.prompt_logprobs = r->TakePromptLogprobs();
   out.token_ids.push_back(result.token);
   if (r->params().return_logprobs) {
     out.logprobs.push_back(TokenLogprobs{

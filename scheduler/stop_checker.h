@@ -45,7 +45,7 @@
 namespace kvserve::scheduler {
 
 struct StopParams {
-  int32_t max_tokens = 16;  // >= 1
+  int32_t max_tokens = 16;  // >= 0; 0: the prompt is computed, nothing sampled
   int32_t min_tokens = 0;   // <= max_tokens
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids = {};

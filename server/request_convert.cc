@@ -180,6 +180,13 @@ absl::StatusOr<scheduler::RequestParams> ToRequestParams(const v1::GenerateReque
     params.return_logprobs = true;
     params.sampling.num_logprobs = request.logprobs();
   }
+  if (request.has_prompt_logprobs()) {
+    if (request.prompt_logprobs() < 0 || request.prompt_logprobs() > engine::kMaxLogprobs) {
+      return Invalid("prompt_logprobs", absl::StrCat("must be in [0, ", engine::kMaxLogprobs,
+                                                     "], got ", request.prompt_logprobs()));
+    }
+    params.num_prompt_logprobs = request.prompt_logprobs();
+  }
   KVSERVE_RETURN_IF_ERROR(ConvertStopping(request.stopping(), vocab_size, tokenizer, &params.stop));
   KVSERVE_RETURN_IF_ERROR(CheckLength(request.request_id(), "request_id", kMaxRequestIdBytes));
   KVSERVE_RETURN_IF_ERROR(CheckLength(request.cache_salt(), "cache_salt", kMaxCacheSaltBytes));
@@ -282,15 +289,19 @@ v1::FinishReason ToProto(scheduler::FinishReason reason) {
 void AppendOutput(const scheduler::RequestOutput& output, v1::GenerateResponse* response) {
   for (int32_t id : output.token_ids) response->add_token_ids(id);
   response->mutable_text()->append(output.text);
-  for (const scheduler::TokenLogprobs& lp : output.logprobs) {
-    v1::TokenLogprob* p = response->add_logprobs();
+  const auto add = [](const scheduler::TokenLogprobs& lp, v1::TokenLogprob* p) {
     p->set_token_id(lp.token);
     p->set_logprob(lp.logprob);
+    if (lp.rank > 0) p->set_rank(lp.rank);
     for (const engine::TokenLogprob& top : lp.top) {
       v1::TopLogprob* t = p->add_top();
       t->set_token_id(top.token);
       t->set_logprob(top.logprob);
     }
+  };
+  for (const scheduler::TokenLogprobs& lp : output.logprobs) add(lp, response->add_logprobs());
+  for (const scheduler::TokenLogprobs& lp : output.prompt_logprobs) {
+    add(lp, response->add_prompt_logprobs());
   }
   if (!output.finished) return;
   response->set_finished(true);

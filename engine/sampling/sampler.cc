@@ -676,6 +676,27 @@ SampleResult Sample(std::span<const float> logits, const SamplingParams& params,
   return SamplerImpl::Run(logits, params, prompt_tokens, output_tokens, scratch);
 }
 
+TokenScore ScoreToken(std::span<const float> logits, int32_t token, int32_t num_top) {
+  assert(!logits.empty() && InVocab(token, logits.size()));
+  thread_local std::vector<float> row;
+  row.resize(logits.size());
+  std::transform(logits.begin(), logits.end(), row.begin(), Sanitize);
+  TokenScore score;
+  score.token = token;
+  const double log_sum_exp = LogSumExp(row);
+  score.logprob = LogProb(row[token], log_sum_exp);
+  const RankBefore before{row.data()};
+  int32_t ahead = 0;
+  for (size_t i = 0; i < row.size(); ++i) ahead += before(static_cast<int32_t>(i), token) ? 1 : 0;
+  score.rank = ahead + 1;
+  TopRanked(row, std::min(static_cast<size_t>(std::clamp(num_top, 0, kMaxLogprobs)), row.size()),
+            score.top_logprobs);
+  for (TokenLogprob& entry : score.top_logprobs) {
+    entry.logprob = LogProb(row[entry.token], log_sum_exp);
+  }
+  return score;
+}
+
 SampleResult Sample(std::span<const float> logits, const SamplingParams& params,
                     std::span<const int32_t> prompt_tokens,
                     std::span<const int32_t> output_tokens) {

@@ -111,6 +111,20 @@ struct SampleResult {
   std::vector<TokenLogprob> top_logprobs;  // min(num_logprobs, vocab) entries, best first
 };
 
+// The raw distribution's view of one given token (prompt logprobs): what
+// Sample() would report for it had it been drawn, plus its rank.
+struct TokenScore {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  int32_t rank = 0;  // 1 + tokens before it in the rank order (1: the top token)
+  std::vector<TokenLogprob> top_logprobs;  // min(num_top, vocab) entries, best first
+};
+
+// Scores `token` (inside the row) in one logits row: log_softmax of the raw
+// row (sanitized as Sample() does), its rank by (logit desc, id asc), and
+// the top num_top entries (0..kMaxLogprobs). Pure; thread-safe.
+TokenScore ScoreToken(std::span<const float> logits, int32_t token, int32_t num_top);
+
 // Reusable buffers for Sample(), grown on demand and never shrunk: at most
 // 20 bytes per vocabulary entry (3 MB for a 152k vocabulary). Not
 // thread-safe: one per thread. Invariant between calls: marks_ and bitmap_

@@ -76,6 +76,57 @@ Json CompletionLogprobs(std::span<const scheduler::TokenLogprobs> logprobs,
   return out;
 }
 
+Json EchoedPromptLogprobs(std::span<const int32_t> prompt,
+                          std::span<const scheduler::TokenLogprobs> scored, int32_t num_top,
+                          const engine::Tokenizer* tokenizer, int64_t* text_offset) {
+  Json out = Json::object();
+  out["tokens"] = Json::array();
+  out["token_logprobs"] = Json::array();
+  out["top_logprobs"] = Json::array();
+  out["text_offset"] = Json::array();
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::string text = TokenText(tokenizer, prompt[i]);
+    out["tokens"].push_back(text);
+    out["text_offset"].push_back(*text_offset);
+    *text_offset += CodePoints(text);
+    if (i == 0 || i > scored.size()) {  // no context (or not scored: never when complete)
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    const scheduler::TokenLogprobs& lp = scored[i - 1];
+    out["token_logprobs"].push_back(lp.logprob);
+    Json top = Json::object();
+    for (size_t k = 0; k < lp.top.size() && k < static_cast<size_t>(num_top); ++k) {
+      top[TokenText(tokenizer, lp.top[k].token)] = lp.top[k].logprob;
+    }
+    out["top_logprobs"].push_back(std::move(top));
+  }
+  return out;
+}
+
+Json VllmPromptLogprobs(std::span<const scheduler::TokenLogprobs> scored, int32_t num_top,
+                        const engine::Tokenizer* tokenizer) {
+  const auto entry = [&](int32_t token, float logprob, int64_t rank) {
+    Json e = Json::object();
+    e["logprob"] = logprob;
+    e["rank"] = rank;
+    e["decoded_token"] = TokenText(tokenizer, token);
+    return e;
+  };
+  Json out = Json::array({nullptr});
+  for (const scheduler::TokenLogprobs& lp : scored) {
+    Json position = Json::object();
+    position[std::to_string(lp.token)] = entry(lp.token, lp.logprob, lp.rank);
+    for (size_t k = 0; k < lp.top.size() && k < static_cast<size_t>(num_top); ++k) {
+      position[std::to_string(lp.top[k].token)] =
+          entry(lp.top[k].token, lp.top[k].logprob, static_cast<int64_t>(k) + 1);
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
 void AppendCompletionLogprobs(const Json& more, Json* into) {
   if (into->is_null()) {
     *into = more;

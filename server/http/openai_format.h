@@ -35,6 +35,20 @@ Json CompletionLogprobs(std::span<const scheduler::TokenLogprobs> logprobs,
 // Appends one completions logprobs object to another (non-streaming merge).
 void AppendCompletionLogprobs(const Json& more, Json* into);
 
+// Completions with echo and logprobs: the prompt's part of the logprobs
+// object, one entry per prompt token, the first with null logprob and null
+// top_logprobs (it has no context), the others from `scored` (prompt tokens
+// 1..n-1) with their first num_top top entries. Offsets start at 0.
+Json EchoedPromptLogprobs(std::span<const int32_t> prompt,
+                          std::span<const scheduler::TokenLogprobs> scored, int32_t num_top,
+                          const engine::Tokenizer* tokenizer, int64_t* text_offset);
+
+// vLLM's "prompt_logprobs": [null, {"<id>": {"logprob", "rank",
+// "decoded_token"}, ...}, ...], one entry per prompt token: the token
+// itself and the first num_top top entries (ranks 1..num_top).
+Json VllmPromptLogprobs(std::span<const scheduler::TokenLogprobs> scored, int32_t num_top,
+                        const engine::Tokenizer* tokenizer);
+
 // Chat's logprobs "content" entries: [{"token", "logprob", "bytes",
 // "top_logprobs": [{"token", "logprob", "bytes"}]}].
 Json ChatLogprobContent(std::span<const scheduler::TokenLogprobs> logprobs,

@@ -110,10 +110,10 @@ std::shared_ptr<GenerationCall> GenerationCall::Start(ServingState& state,
       choice["index"] = c;
       if (call->chat_) {
         choice["delta"] = Json{{"role", "assistant"}, {"content", ""}};
-      } else if (call->request_.echo) {
+      } else if (call->request_.echo && !call->request_.echo_logprobs()) {
         choice["text"] = call->request_.echo_texts[static_cast<size_t>(c / call->request_.n)];
       } else {
-        continue;  // completions send nothing before the first token
+        continue;  // completions send nothing before the first token (or the prompt's logprobs)
       }
       choice["logprobs"] = nullptr;
       choice["finish_reason"] = nullptr;
@@ -142,6 +142,7 @@ void GenerationCall::OnOutput(int32_t c, scheduler::RequestOutput&& out) {
   Choice& choice = choices_[static_cast<size_t>(c)];
   if (choice.finished) return;
   choice.completion_tokens += static_cast<int32_t>(out.token_ids.size());
+  if (!choice.got_output && out.status.ok()) OnPromptScored(c, out);
   if (out.finished) {
     std::optional<std::string> reason = FinishReasonString(out.finish_reason);
     if (!reason.has_value()) return Fail(FinishError(out));
@@ -168,6 +169,41 @@ void GenerationCall::OnOutput(int32_t c, scheduler::RequestOutput&& out) {
     }
   }
   if (num_finished_ == request_.num_choices()) Complete();
+}
+
+void GenerationCall::OnPromptScored(int32_t c, const scheduler::RequestOutput& out) {
+  Choice& choice = choices_[static_cast<size_t>(c)];
+  choice.got_output = true;
+  const std::vector<int32_t>& prompt = request_.prompts[static_cast<size_t>(c / request_.n)];
+  Json echoed;
+  if (request_.echo_logprobs()) {
+    echoed = EchoedPromptLogprobs(prompt, out.prompt_logprobs, request_.top_logprobs,
+                                  model_.tokenizer, &choice.text_offset);
+  }
+  Json scored;
+  if (request_.prompt_logprobs >= 0) {
+    scored = VllmPromptLogprobs(out.prompt_logprobs, request_.prompt_logprobs, model_.tokenizer);
+  }
+  if (!request_.stream) {
+    choice.logprobs = std::move(echoed);  // the completion's tokens are appended to it
+    choice.prompt_logprobs = std::move(scored);
+    return;
+  }
+  if (echoed.is_null() && scored.is_null()) return;
+  // One chunk before the first token's: the echoed prompt with its logprobs,
+  // and vLLM's prompt_logprobs.
+  Json entry = Json::object();
+  entry["index"] = c;
+  if (chat_) {
+    entry["delta"] = Json::object();
+  } else {
+    entry["text"] =
+        request_.echo_logprobs() ? request_.echo_texts[static_cast<size_t>(c / request_.n)] : "";
+  }
+  entry["logprobs"] = echoed;
+  if (!scored.is_null()) entry["prompt_logprobs"] = std::move(scored);
+  entry["finish_reason"] = nullptr;
+  SendChunk(Json::array({std::move(entry)}), std::nullopt);
 }
 
 void GenerationCall::StreamChunk(int32_t c, const scheduler::RequestOutput& out) {
@@ -246,11 +282,14 @@ Json GenerationCall::Response() const {
                           ? request_.echo_texts[c / static_cast<size_t>(request_.n)] + choice.text
                           : choice.text;
       entry["logprobs"] = choice.logprobs;
+      if (request_.prompt_logprobs >= 0) entry["prompt_logprobs"] = choice.prompt_logprobs;
     }
     entry["finish_reason"] = choice.finish_reason;
     choices.push_back(std::move(entry));
   }
   body["choices"] = std::move(choices);
+  // vLLM's chat responses carry the (one) prompt's logprobs at the top level.
+  if (chat_ && request_.prompt_logprobs >= 0) body["prompt_logprobs"] = choices_[0].prompt_logprobs;
   body["usage"] = TotalUsage();
   return body;
 }

@@ -57,6 +57,8 @@ class GenerationCall final : public Exchange, public std::enable_shared_from_thi
     std::string text;         // non-streaming: the whole text so far
     Json logprobs;            // non-streaming: merged logprobs (null when none)
     int64_t text_offset = 0;  // completions logprobs: code points emitted so far
+    bool got_output = false;  // its first output (which carries the prompt's logprobs) came
+    Json prompt_logprobs;     // non-streaming: vLLM's prompt_logprobs (null when not asked)
     int32_t completion_tokens = 0;
     scheduler::Usage usage;  // from the final output
     std::string finish_reason;
@@ -64,6 +66,8 @@ class GenerationCall final : public Exchange, public std::enable_shared_from_thi
 
   void OnOutput(int32_t choice, scheduler::RequestOutput&& out);
   void StreamChunk(int32_t choice, const scheduler::RequestOutput& out);
+  // The first output of a choice: its prompt's logprobs (echo, prompt_logprobs).
+  void OnPromptScored(int32_t choice, const scheduler::RequestOutput& out);
   void SendChunk(Json choices, std::optional<Json> usage);
   void Complete();                        // every choice finished normally
   void Fail(const absl::Status& status);  // answers with the error; aborts the rest

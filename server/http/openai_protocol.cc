@@ -431,7 +431,6 @@ absl::Status CheckUnimplemented(Endpoint endpoint, const Json& body) {
   };
   // Structured outputs (response_format, structured_outputs, guided_*) are
   // ParseConstraint's (openai_constraint.h), which refuses what it cannot honour.
-  if (set("prompt_logprobs")) return Invalid("prompt_logprobs", "is not implemented");
   if (endpoint == Endpoint::kCompletions) {
     if (non_empty("suffix")) return Invalid("suffix", "is not implemented");
     if (const Json* best_of = Field(body, "best_of"); best_of != nullptr) {
@@ -533,6 +532,10 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
   KVSERVE_RETURN_IF_ERROR(ParseLogprobs(endpoint, body, &out));
   out.base.return_logprobs = out.logprobs;
   out.base.sampling.num_logprobs = out.top_logprobs;
+  std::optional<int32_t> prompt_logprobs;
+  KVSERVE_RETURN_IF_ERROR(
+      ReadInt(body, "prompt_logprobs", 0, engine::kMaxLogprobs, &prompt_logprobs));
+  out.prompt_logprobs = prompt_logprobs.value_or(-1);
 
   // Sampling and stopping before the prompt: cheap checks first.
   const engine::SamplingParams before = out.base.sampling;
@@ -547,15 +550,15 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
   if (endpoint == Endpoint::kChat && Field(body, "max_completion_tokens") != nullptr) {
     max_key = "max_completion_tokens";
   }
-  KVSERVE_RETURN_IF_ERROR(
-      ReadInt(body, max_key, 1, std::numeric_limits<int32_t>::max(), &max_tokens));
+  // Completions take max_tokens 0: the prompt alone, echoed or scored.
+  KVSERVE_RETURN_IF_ERROR(ReadInt(body, max_key, endpoint == Endpoint::kCompletions ? 0 : 1,
+                                  std::numeric_limits<int32_t>::max(), &max_tokens));
   out.max_tokens_given = max_tokens.has_value();
 
   if (endpoint == Endpoint::kCompletions) {
     KVSERVE_RETURN_IF_ERROR(ReadBool(body, "echo", &out.echo));
-    if (out.echo && out.logprobs) {
-      return Invalid("echo",
-                     "echo with logprobs is not supported (prompt logprobs are not computed)");
+    if (out.echo_logprobs()) {
+      out.base.num_prompt_logprobs = std::max(out.prompt_logprobs, out.top_logprobs);
     }
     bool add_special = true;
     KVSERVE_RETURN_IF_ERROR(ReadBool(body, "add_special_tokens", &add_special));
@@ -567,6 +570,7 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
     if (!ids.ok()) return ids.status();
     out.prompts.push_back(*std::move(ids));
   }
+  out.base.num_prompt_logprobs = std::max(out.base.num_prompt_logprobs, out.prompt_logprobs);
   if (out.num_choices() > kMaxChoices) {
     return Invalid("n", absl::StrCat("prompts x n must be at most ", kMaxChoices, ", got ",
                                      out.num_choices()));

@@ -69,6 +69,11 @@ struct GenerationRequest {
   bool echo = false;
   bool logprobs = false;  // completions: logprobs present; chat: logprobs == true
   int32_t top_logprobs = 0;
+  // vLLM's "prompt_logprobs" (both endpoints): the top entries per prompt
+  // token; -1 when not asked. Completions' echo with logprobs scores the
+  // prompt too (with top_logprobs entries): base.num_prompt_logprobs covers both.
+  int32_t prompt_logprobs = -1;
+  bool echo_logprobs() const { return echo && logprobs; }
   bool max_tokens_given = false;  // else chat fills it from the model length
   // Everything but the prompt tokens and the seed.
   scheduler::RequestParams base;

@@ -39,7 +39,7 @@ CASES = [
     ("token-id-258", lambda i: req(ids=[256, 72, 258]), ["token_ids"]),
     ("token-id-minus-1", lambda i: req(ids=[256, -1, 72]), ["token_ids"]),
     ("empty-token-ids", lambda i: req(ids=[]), ["prompt", "token_ids"]),
-    ("max-tokens-0", lambda i: req(max_tokens=0), ["max_tokens"]),
+    ("max-tokens-negative", lambda i: req(max_tokens=-1), ["max_tokens"]),
     ("max-tokens-negative", lambda i: req(max_tokens=-5), ["max_tokens"]),
     ("max-tokens-beyond-max-model-len", lambda i: req(max_tokens=i.max_model_len + 1),
      ["max_tokens"]),

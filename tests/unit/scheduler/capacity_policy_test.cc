@@ -41,7 +41,14 @@ TEST(CapacityPolicyTest, RejectsWhatCanNeverRun) {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   EXPECT_EQ(code(Params(0, 4)), kInvalid);    // empty prompt
   EXPECT_EQ(code(Params(20, 10)), kInvalid);  // 29 slots > 28: more than the pool
-  EXPECT_EQ(code(Params(4, 0)), kInvalid);    // max_tokens < 1
+  EXPECT_EQ(code(Params(4, -1)), kInvalid);   // max_tokens < 0
+  EXPECT_EQ(code(Params(28, 0)), absl::StatusCode::kOk);  // max_tokens 0: the prompt's 28 slots
+  EXPECT_EQ(code(Params(29, 0)), kInvalid);               // 29 slots
+  RequestParams scored = Params(4, 4);
+  scored.num_prompt_logprobs = 21;
+  EXPECT_EQ(code(scored), kInvalid);  // more top entries than kMaxLogprobs
+  scored.num_prompt_logprobs = 20;
+  EXPECT_EQ(code(scored), absl::StatusCode::kOk);
   RequestParams p = Params(4, 4);
   p.stop.min_tokens = 5;
   EXPECT_EQ(code(p), kInvalid);  // min_tokens > max_tokens

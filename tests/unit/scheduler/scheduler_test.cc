@@ -442,5 +442,90 @@ TEST_F(SchedulerTest, LogprobsOnRequest) {
   EXPECT_TRUE(collector_.results[2].final.logprobs.empty());
 }
 
+void ExpectSameScores(const std::vector<TokenLogprobs>& got,
+                      const std::vector<TokenLogprobs>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].token, want[i].token) << i;
+    EXPECT_EQ(got[i].logprob, want[i].logprob) << i;
+    EXPECT_EQ(got[i].rank, want[i].rank) << i;
+    ASSERT_EQ(got[i].top.size(), want[i].top.size()) << i;
+    for (size_t k = 0; k < got[i].top.size(); ++k) {
+      EXPECT_EQ(got[i].top[k].token, want[i].top[k].token) << i << " " << k;
+      EXPECT_EQ(got[i].top[k].logprob, want[i].top[k].logprob) << i << " " << k;
+    }
+  }
+}
+
+TEST_F(SchedulerTest, PromptLogprobsScoreEveryPromptTokenAcrossChunksAndSkipTheCache) {
+  Init(Config(/*budget=*/4, 33));
+  const std::vector<int32_t> prompt = Seq(3, 11);
+  ASSERT_TRUE(Add(1, NoEos(prompt, 2)).ok());  // fills the prefix cache with 2 full blocks
+  RunToIdle();
+  RequestParams p = NoEos(prompt, 2);
+  p.num_prompt_logprobs = 3;
+  ASSERT_TRUE(Add(2, p).ok());
+  // Chunks of the budget from position 0: no block is read from the cache.
+  EXPECT_THAT(Step(), ElementsAre(Pair(2, 4)));
+  EXPECT_THAT(Step(), ElementsAre(Pair(2, 4)));
+  EXPECT_THAT(Step(), ElementsAre(Pair(2, 3)));
+  RunToIdle();
+  const Collector::Result& r = collector_.results[2];
+  EXPECT_EQ(r.tokens, Reference(2));
+  EXPECT_EQ(r.final.usage.cached_prompt_tokens, 0);
+  EXPECT_EQ(r.num_prompt_logprob_messages, 1);
+  ExpectSameScores(r.prompt_logprobs, testing::HashModelPromptLogprobs(prompt, kVocab, 3));
+  for (const TokenLogprobs& lp : r.prompt_logprobs) {
+    EXPECT_GE(lp.rank, 1);
+    EXPECT_EQ(lp.top.size(), 3u);
+    EXPECT_EQ(lp.rank == 1, lp.top[0].token == lp.token);
+  }
+  // Its blocks entered the cache: the same prompt without scoring hits them.
+  ASSERT_TRUE(Add(3, NoEos(prompt, 2)).ok());
+  EXPECT_THAT(Step(), ElementsAre(Pair(3, 3)));
+  EXPECT_TRUE(collector_.results[1].prompt_logprobs.empty());
+}
+
+TEST_F(SchedulerTest, MaxTokensZeroComputesThePromptAndFinishesUnsampled) {
+  Init(Config(/*budget=*/8, 33));
+  const std::vector<int32_t> prompt = Seq(7, 13);
+  RequestParams scored = NoEos(prompt, 0);
+  scored.num_prompt_logprobs = 0;
+  ASSERT_TRUE(Add(1, scored).ok());
+  ASSERT_TRUE(Add(2, NoEos(Seq(20, 5), 0)).ok());  // echoed only: nothing scored
+  ASSERT_TRUE(Add(3, NoEos(Seq(30, 6), 3)).ok());  // decodes alongside
+  RunToIdle();
+  for (RequestId id : {1, 2}) {
+    const Collector::Result& r = collector_.results[id];
+    EXPECT_EQ(r.final.finish_reason, FinishReason::kLength) << id;
+    EXPECT_TRUE(r.tokens.empty()) << id;
+    EXPECT_EQ(r.final.usage.completion_tokens, 0) << id;
+  }
+  EXPECT_EQ(collector_.results[1].num_messages, 1);
+  ExpectSameScores(collector_.results[1].prompt_logprobs,
+                   testing::HashModelPromptLogprobs(prompt, kVocab, 0));
+  EXPECT_TRUE(collector_.results[2].prompt_logprobs.empty());
+  EXPECT_EQ(collector_.results[3].tokens, Reference(3));
+  EXPECT_EQ(BlocksInUse(), 0);
+}
+
+TEST_F(SchedulerTest, PromptLogprobsSurvivePreemptionMidPrompt) {
+  // 4 usable blocks of 4. A (scoring, 13 prompt tokens) is admitted after B
+  // and preempted by B's growth before its prompt is done.
+  Init(Config(/*budget=*/4, /*num_blocks=*/5));
+  ASSERT_TRUE(Add(1, NoEos(Seq(40, 3), 9)).ok());
+  EXPECT_THAT(Step(), ElementsAre(Pair(1, 3)));
+  RequestParams a = NoEos(Seq(0, 13), 1);
+  a.num_prompt_logprobs = 1;
+  ASSERT_TRUE(Add(2, a).ok());
+  RunToIdle();
+  EXPECT_GE(core_->Stats().num_preemptions, 1);
+  EXPECT_EQ(collector_.results[2].tokens, Reference(2));
+  EXPECT_EQ(collector_.results[1].tokens, Reference(1));
+  ExpectSameScores(collector_.results[2].prompt_logprobs,
+                   testing::HashModelPromptLogprobs(Seq(0, 13), kVocab, 1));
+  EXPECT_EQ(BlocksInUse(), 0);
+}
+
 }  // namespace
 }  // namespace kvserve::scheduler

@@ -125,12 +125,31 @@ inline std::vector<int32_t> HashModelReference(const RequestParams& params, int3
   return output;
 }
 
+// What the hash model's prefill gives for prompt logprobs: every prompt
+// token after the first scored by the logits of the position before it.
+inline std::vector<TokenLogprobs> HashModelPromptLogprobs(std::span<const int32_t> prompt,
+                                                          int32_t vocab, int32_t num_top) {
+  std::vector<TokenLogprobs> scored;
+  std::vector<float> row(vocab);
+  uint64_t fp = kHashModelRoot;
+  for (size_t p = 0; p + 1 < prompt.size(); ++p) {
+    fp = HashModelFingerprint(fp, prompt[p], static_cast<int32_t>(p));
+    HashModelLogits(fp, vocab, row.data());
+    const engine::TokenScore s = engine::ScoreToken(row, prompt[p + 1], num_top);
+    scored.push_back(
+        TokenLogprobs{.token = s.token, .logprob = s.logprob, .top = s.top_logprobs, .rank = s.rank});
+  }
+  return scored;
+}
+
 // Collects every request's outputs (for synchronous EngineCore runs, where
 // the callback runs on the test's own thread).
 struct Collector {
   struct Result {
     std::vector<int32_t> tokens;
     std::string text;
+    std::vector<TokenLogprobs> prompt_logprobs;
+    int num_prompt_logprob_messages = 0;  // messages that carried some
     int num_messages = 0;
     bool finished = false;
     RequestOutput final;
@@ -145,6 +164,8 @@ struct Collector {
       ++r.num_messages;
       r.tokens.insert(r.tokens.end(), out.token_ids.begin(), out.token_ids.end());
       r.text += out.text;
+      if (!out.prompt_logprobs.empty()) ++r.num_prompt_logprob_messages;
+      for (TokenLogprobs& lp : out.prompt_logprobs) r.prompt_logprobs.push_back(lp);
       if (out.finished) {
         r.finished = true;
         r.final = std::move(out);

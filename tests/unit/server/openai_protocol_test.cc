@@ -108,6 +108,27 @@ TEST_F(OpenAiProtocolTest, EchoKeepsThePromptText) {
   EXPECT_EQ(ids->echo_texts, (std::vector<std::string>{"ho"}));  // decoded
 }
 
+// Echo with logprobs (lm-eval's loglikelihood requests) and vLLM's
+// prompt_logprobs both ask the engine to score the prompt, with the larger
+// of their top counts; max_tokens 0 is a prompt scored or echoed alone.
+TEST_F(OpenAiProtocolTest, EchoWithLogprobsAndPromptLogprobsScoreThePrompt) {
+  const auto scored = [&](const std::string& body) {
+    auto r = Parse(body);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->base.num_prompt_logprobs : -2;
+  };
+  EXPECT_EQ(scored(R"({"prompt": "hi"})"), -1);
+  EXPECT_EQ(scored(R"({"prompt": "hi", "echo": true})"), -1);
+  EXPECT_EQ(scored(R"({"prompt": "hi", "logprobs": 3})"), -1);
+  EXPECT_EQ(scored(R"({"prompt": "hi", "echo": true, "logprobs": 3, "max_tokens": 0})"), 3);
+  EXPECT_EQ(scored(R"({"prompt": "hi", "echo": true, "logprobs": 1, "prompt_logprobs": 4})"), 4);
+  EXPECT_EQ(scored(R"({"prompt": "hi", "prompt_logprobs": 0})"), 0);
+  auto r = Parse(R"({"prompt": "hi", "echo": true, "logprobs": 2, "max_tokens": 0})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->base.stop.max_tokens, 0);
+  EXPECT_TRUE(r->echo_logprobs());
+}
+
 TEST_F(OpenAiProtocolTest, WithoutSeedTheCallerDrawsOne) {
   auto r = Parse(R"({"prompt": "hi", "n": 2})");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -140,7 +161,10 @@ TEST_F(OpenAiProtocolTest, TypeAndRangeErrorsNameTheParameter) {
   EXPECT_EQ(Param(R"({"prompt": "hi", "frequency_penalty": []})"), "frequency_penalty");
   EXPECT_EQ(Param(R"({"prompt": "hi", "repetition_penalty": 0})"), "repetition_penalty");
   EXPECT_EQ(Param(R"({"prompt": "hi", "seed": "x"})"), "seed");
-  EXPECT_EQ(Param(R"({"prompt": "hi", "max_tokens": 0})"), "max_tokens");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "max_tokens": -1})"), "max_tokens");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "max_tokens": 0})"), "<ok>");  // the prompt alone
+  EXPECT_EQ(Param(R"({"prompt": "hi", "prompt_logprobs": 21})"), "prompt_logprobs");
+  EXPECT_EQ(Param(R"({"prompt": "hi", "prompt_logprobs": -1})"), "prompt_logprobs");
   EXPECT_EQ(Param(R"({"prompt": "hi", "max_tokens": true})"), "max_tokens");
   EXPECT_EQ(Param(R"({"prompt": "hi", "min_tokens": -1})"), "min_tokens");
   EXPECT_EQ(Param(R"({"prompt": "hi", "min_tokens": 5, "max_tokens": 4})"), "min_tokens");
@@ -160,7 +184,6 @@ TEST_F(OpenAiProtocolTest, TypeAndRangeErrorsNameTheParameter) {
   EXPECT_EQ(Param(R"({"prompt": "hi", "stop_token_ids": [300]})"), "stop_token_ids[0]");
   EXPECT_EQ(Param(R"({"prompt": "hi", "ignore_eos": "yes"})"), "ignore_eos");
   EXPECT_EQ(Param(R"({"prompt": "hi", "echo": 1})"), "echo");
-  EXPECT_EQ(Param(R"({"prompt": "hi", "echo": true, "logprobs": 1})"), "echo");
   EXPECT_EQ(Param(R"({"prompt": "hi", "model": 3})"), "model");
   EXPECT_EQ(Param(R"({})"), "prompt");
   EXPECT_EQ(Param(R"({"prompt": ""})"), "prompt");
@@ -194,7 +217,6 @@ TEST_F(OpenAiProtocolTest, UnimplementedFieldsAreRejectedByName) {
   EXPECT_EQ(Param(R"({"prompt": "hi", "best_of": 2})"), "best_of");
   EXPECT_EQ(Param(R"({"prompt": "hi", "best_of": 2, "n": 2})"), "<ok>");
   EXPECT_EQ(Param(R"({"prompt": "hi", "suffix": ""})"), "<ok>");
-  EXPECT_EQ(Param(R"({"prompt": "hi", "prompt_logprobs": 1})"), "prompt_logprobs");
   EXPECT_EQ(Param(R"({"prompt": "hi", "structured_outputs": {"choice": ["a"],
     "structural_tag": "{}"}})"),
             "structured_outputs.structural_tag");
