@@ -164,12 +164,12 @@ void Scheduler::AddScheduled(Request* r, int32_t n, BatchPlanner& planner, Sched
   const int32_t first = r->num_computed_tokens();
   // max_tokens 0 (a prompt scored or echoed): caught up, it finishes unsampled.
   const bool samples = first + n == r->num_tokens() && r->params().stop.max_tokens > 0;
-  out.scheduled.push_back(ScheduledRequest{
-      .request = r,
-      .num_new_tokens = n,
-      .first_position = first,
-      .samples = samples,
-      .num_logits_rows = r->scoring_prompt() ? n : (samples ? 1 : 0)});
+  out.scheduled.push_back(
+      ScheduledRequest{.request = r,
+                       .num_new_tokens = n,
+                       .first_position = first,
+                       .samples = samples,
+                       .num_logits_rows = r->scoring_prompt() ? n : (samples ? 1 : 0)});
   out.num_tokens += n;
 }
 

@@ -39,6 +39,9 @@ class HttpChannel {
   virtual void BeginEventStream() = 0;
   // Sends "data: <data>\n\n" as one chunk.
   virtual void SendEvent(std::string_view data) = 0;
+  // Sends "event: <event>\ndata: <data>\n\n" as one chunk (the Responses
+  // API names its events).
+  virtual void SendNamedEvent(std::string_view event, std::string_view data) = 0;
   virtual void EndEventStream() = 0;
   virtual bool closed() const = 0;
   virtual Poster poster() const = 0;

@@ -105,10 +105,15 @@ class Session final : public HttpChannel, public std::enable_shared_from_this<Se
     Queue(std::move(head), /*end=*/false);
   }
   void SendEvent(std::string_view data) override {
+    QueueEvent(absl::StrCat("data: ", std::string(data), "\n\n"));
+  }
+  void SendNamedEvent(std::string_view event, std::string_view data) override {
+    QueueEvent(absl::StrCat("event: ", std::string(event), "\ndata: ", std::string(data), "\n\n"));
+  }
+  // One SSE event as one chunk of the chunked body.
+  void QueueEvent(const std::string& event) {
     if (closed_ || !response_started_ || end_queued_) return;
-    const size_t size = data.size() + 8;  // "data: " + data + "\n\n"
-    Queue(absl::StrCat(absl::StrFormat("%x", size), "\r\ndata: ", std::string(data), "\n\n\r\n"),
-          /*end=*/false);
+    Queue(absl::StrCat(absl::StrFormat("%x", event.size()), "\r\n", event, "\r\n"), /*end=*/false);
   }
   void EndEventStream() override {
     if (closed_ || !response_started_ || end_queued_) return;

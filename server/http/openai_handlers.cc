@@ -1,11 +1,14 @@
 #include "server/http/openai_handlers.h"
 
 #include <chrono>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/http/openai_generation.h"
 #include "server/http/openai_render.h"
+#include "server/http/openai_responses.h"
+#include "server/http/responses_call.h"
 
 namespace kvserve::server::http {
 namespace {
@@ -55,6 +58,31 @@ OpenAiHandler::OpenAiHandler(ServingState& state, const ModelContext& model)
                    std::chrono::system_clock::now().time_since_epoch())
                    .count()) {}
 
+namespace {
+
+// An error of the chat request a Responses body became, renamed to the
+// Responses API's fields (the messages are "<field>: why").
+absl::Status ResponsesFieldNames(const absl::Status& status) {
+  static constexpr std::pair<std::string_view, std::string_view> kRenamed[] = {
+      {"messages", "input"},
+      {"max_tokens", "max_output_tokens"},
+      {"response_format.json_schema", "text.format"},
+      {"response_format", "text.format"},
+  };
+  const std::string message(status.message());
+  for (const auto& [chat, responses] : kRenamed) {
+    if (message.starts_with(chat) && message.size() > chat.size() &&
+        (message[chat.size()] == ':' || message[chat.size()] == '.' ||
+         message[chat.size()] == '[')) {
+      return absl::Status(status.code(),
+                          absl::StrCat(std::string(responses), message.substr(chat.size())));
+    }
+  }
+  return status;
+}
+
+}  // namespace
+
 std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel& channel) {
   const std::string_view path = PathOf(request.target);
   struct Route {
@@ -70,6 +98,7 @@ std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel
       {"/health", "GET"},
       {"/v1/completions/render", "POST"},
       {"/v1/chat/completions/render", "POST"},
+      {"/v1/responses", "POST"},
   };
   static constexpr Route kModelRoute = {kModelPrefix, "GET"};
   const Route* route = nullptr;
@@ -107,7 +136,8 @@ std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel
     }
     return nullptr;
   }
-  const bool generation = path == "/v1/completions" || path == "/v1/chat/completions";
+  const bool generation =
+      path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/responses";
   if (state_.draining()) {
     if (generation) state_.metrics().OnRejected(Rejection::kUnavailable);
     RespondError(channel, absl::UnavailableError("the server is draining"));
@@ -120,6 +150,7 @@ std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel
   }
   if (path == "/v1/completions") return Generate(Endpoint::kCompletions, request, channel);
   if (path == "/v1/chat/completions") return Generate(Endpoint::kChat, request, channel);
+  if (path == "/v1/responses") return Responses(request, channel);
   if (path == "/v1/completions/render") {
     Render(Endpoint::kCompletions, request, channel);
   } else if (path == "/v1/chat/completions/render") {
@@ -149,6 +180,21 @@ std::shared_ptr<Exchange> OpenAiHandler::Generate(Endpoint endpoint, const HttpR
     return nullptr;
   }
   return GenerationCall::Start(state_, model_, *std::move(parsed), channel);
+}
+
+std::shared_ptr<Exchange> OpenAiHandler::Responses(const HttpRequest& request,
+                                                   HttpChannel& channel) {
+  absl::StatusOr<Json> body = ParseJsonBody(request.body);
+  absl::StatusOr<Json> chat = body.ok() ? ResponsesToChatBody(*body) : body.status();
+  absl::StatusOr<GenerationRequest> parsed =
+      chat.ok() ? ParseGenerationRequest(Endpoint::kChat, *chat, model_)
+                : absl::StatusOr<GenerationRequest>(chat.status());
+  if (!parsed.ok()) {
+    state_.metrics().OnRejected(Rejection::kInvalidArgument);
+    RespondError(channel, ResponsesFieldNames(parsed.status()), "input");
+    return nullptr;
+  }
+  return ResponsesCall::Start(state_, model_, *std::move(parsed), ResponseEcho(*body), channel);
 }
 
 void OpenAiHandler::Render(Endpoint endpoint, const HttpRequest& request,

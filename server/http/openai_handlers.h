@@ -1,5 +1,6 @@
 // The OpenAI-compatible endpoints (docs/server.md "HTTP API"):
 //   POST /v1/completions, POST /v1/chat/completions  (GenerationCall)
+//   POST /v1/responses                               (ResponsesCall)
 //   GET  /v1/models, POST /tokenize, POST /detokenize (answered at once)
 //   GET  /health                                     (200; 503 while draining)
 // Every endpoint but /health refuses with 503 while draining and 401 without
@@ -30,6 +31,8 @@ class OpenAiHandler final : public RequestHandler {
  private:
   std::shared_ptr<Exchange> Generate(Endpoint endpoint, const HttpRequest& request,
                                      HttpChannel& channel);
+  // POST /v1/responses (openai_responses.h, responses_call.h).
+  std::shared_ptr<Exchange> Responses(const HttpRequest& request, HttpChannel& channel);
   // POST /v1/completions/render, /v1/chat/completions/render (openai_render.h).
   void Render(Endpoint endpoint, const HttpRequest& request, HttpChannel& channel) const;
   Json ModelCard(const std::string& id) const;  // one /v1/models entry

@@ -198,6 +198,54 @@ def openai_requests() -> dict[str, bytes]:
     return out
 
 
+def responses_requests() -> dict[str, bytes]:
+    """Bodies the openai client's responses.create sends (captured by a mock transport):
+    text, instructions, input items with a function call and its output, tools, a json_schema
+    text format, streaming; for responses_request, the body as it is."""
+    import httpx2  # noqa: PLC0415 (the openai client's HTTP library)
+    import openai  # noqa: PLC0415
+
+    bodies: list[bytes] = []
+
+    def capture(request):
+        bodies.append(request.content)
+        return httpx2.Response(400, json={"error": {"message": "seed"}})
+
+    client = openai.OpenAI(base_url="http://seed/v1", api_key="k", max_retries=0,
+                           http_client=httpx2.Client(transport=httpx2.MockTransport(capture)))
+    weather = {"type": "function", "name": "get_weather", "description": "Weather of a city",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                              "required": ["city"]}, "strict": True}
+    calls = {
+        "text": lambda: client.responses.create(model="builtin:tiny", input="Hi",
+                                                instructions="Be brief.", max_output_tokens=8,
+                                                temperature=0.5, top_p=0.9),
+        "items_tools": lambda: client.responses.create(
+            model="builtin:tiny", tools=[weather], tool_choice="auto", parallel_tool_calls=True,
+            input=[{"role": "developer", "content": "Use tools."},
+                   {"role": "user", "content": [{"type": "input_text", "text": "Paris?"}]},
+                   {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                    "arguments": '{"city": "Paris"}'},
+                   {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]),
+        "json_schema_stream": lambda: client.responses.create(
+            model="builtin:tiny", input="Is it?", stream=True, store=False,
+            text={"format": {"type": "json_schema", "name": "v", "strict": True,
+                             "schema": {"type": "object",
+                                        "properties": {"a": {"enum": ["yes", "no"]}}}}}),
+        "named_tool": lambda: client.responses.create(
+            model="builtin:tiny", input="x", tools=[weather],
+            tool_choice={"type": "function", "name": "get_weather"}),
+    }
+    out = {}
+    for name, call in calls.items():
+        try:
+            call()
+        except openai.APIStatusError:
+            pass
+        out[name] = bodies[-1]
+    return out
+
+
 def structured_output_requests() -> dict[str, bytes]:
     """Bodies with a structured-output constraint as the openai client sends them
     (chat.completions.parse with a pydantic model, response_format, vLLM's
@@ -334,6 +382,8 @@ def main() -> None:
         write("openai_request", name, data)
     for name, data in structured_output_requests().items():
         write("structured_output", name, data)
+    for name, data in responses_requests().items():
+        write("responses_request", name, data)
 
     write_kv_codec_seeds()
 

@@ -39,9 +39,9 @@ TEST(CapacityPolicyTest, RejectsWhatCanNeverRun) {
   CapacityPolicy policy(Limits());
   auto code = [&](const RequestParams& p) { return policy.CheckSubmission(p).code(); };
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
-  EXPECT_EQ(code(Params(0, 4)), kInvalid);    // empty prompt
-  EXPECT_EQ(code(Params(20, 10)), kInvalid);  // 29 slots > 28: more than the pool
-  EXPECT_EQ(code(Params(4, -1)), kInvalid);   // max_tokens < 0
+  EXPECT_EQ(code(Params(0, 4)), kInvalid);                // empty prompt
+  EXPECT_EQ(code(Params(20, 10)), kInvalid);              // 29 slots > 28: more than the pool
+  EXPECT_EQ(code(Params(4, -1)), kInvalid);               // max_tokens < 0
   EXPECT_EQ(code(Params(28, 0)), absl::StatusCode::kOk);  // max_tokens 0: the prompt's 28 slots
   EXPECT_EQ(code(Params(29, 0)), kInvalid);               // 29 slots
   RequestParams scored = Params(4, 4);

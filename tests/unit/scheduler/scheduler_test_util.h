@@ -136,8 +136,8 @@ inline std::vector<TokenLogprobs> HashModelPromptLogprobs(std::span<const int32_
     fp = HashModelFingerprint(fp, prompt[p], static_cast<int32_t>(p));
     HashModelLogits(fp, vocab, row.data());
     const engine::TokenScore s = engine::ScoreToken(row, prompt[p + 1], num_top);
-    scored.push_back(
-        TokenLogprobs{.token = s.token, .logprob = s.logprob, .top = s.top_logprobs, .rank = s.rank});
+    scored.push_back(TokenLogprobs{
+        .token = s.token, .logprob = s.logprob, .top = s.top_logprobs, .rank = s.rank});
   }
   return scored;
 }
