@@ -32,6 +32,8 @@ SchedulerConfig MakeSchedulerConfig(const EngineConfig& c, const ModelInfo& m,
                               .max_waiting_requests = c.max_waiting_requests,
                               .max_waiting_tokens = c.max_waiting_tokens};
   s.eos_token_ids = m.eos_token_ids;
+  s.speculative = c.speculative;
+  if (runner->SamplesOnDevice()) s.speculative.num_tokens = 0;
   return s;
 }
 

@@ -40,6 +40,9 @@ struct EngineConfig {
   int32_t max_model_len = 0;        // 0: the model's max_position_embeddings
   int32_t max_waiting_requests = 1024;
   int64_t max_waiting_tokens = int64_t{1} << 22;
+  // Off (num_tokens 0) for a runner that samples on its device: it returns
+  // the sampled rows only, and verification needs every draft's logits.
+  SpeculativeConfig speculative;
   // Called on the grammar compile thread after each compilation (metrics).
   engine::grammar::GrammarCompileService::CompileObserver on_grammar_compiled = nullptr;
 };

@@ -128,6 +128,19 @@ void KvCacheManager::CommitComputed(RequestId id, std::span<const int32_t> token
   r.num_registered_blocks = std::max(r.num_registered_blocks, num_full);
 }
 
+void KvCacheManager::Trim(RequestId id, int32_t num_tokens) {
+  auto it = requests_.find(id);
+  KVSERVE_CHECK(it != requests_.end());
+  RequestBlocks& r = it->second;
+  const size_t keep = static_cast<size_t>(BlocksFor(num_tokens));
+  KVSERVE_CHECK(keep >= static_cast<size_t>(r.num_registered_blocks));
+  if (keep < r.table.size()) {
+    pool_.ReleaseTable(std::span<const BlockId>(r.table).subspan(keep));
+    r.table.resize(keep);
+  }
+  r.num_allocated_tokens = std::min(r.num_allocated_tokens, num_tokens);
+}
+
 void KvCacheManager::Free(RequestId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;

@@ -117,6 +117,12 @@ class KvCacheManager {
   // known tokens, at least num_computed_tokens of them.
   void CommitComputed(RequestId id, std::span<const int32_t> tokens, int32_t num_computed_tokens);
 
+  // Shrinks a tracked request's table to the blocks num_tokens slots need
+  // (num_tokens >= its registered blocks' tokens), releasing the rest, last
+  // first: the slots of rejected speculative tokens. Their blocks were never
+  // registered in the cache.
+  void Trim(RequestId id, int32_t num_tokens);
+
   // Releases the request's blocks, last block first, and forgets it. Blocks
   // no one else holds become free; cached ones stay findable until reused. A
   // no-op for a request not tracked (e.g. aborted while waiting).

@@ -36,6 +36,7 @@
 #include "engine/grammar/token_matcher.h"
 #include "engine/sampling/sampler.h"
 #include "scheduler/kv_cache_manager.h"
+#include "scheduler/ngram_proposer.h"
 #include "scheduler/output_stream.h"
 #include "scheduler/stop_checker.h"
 
@@ -145,6 +146,8 @@ class Request {
   int64_t last_scheduled_step = -1;
   // Set iff params().constraint is.
   std::optional<RequestGrammar> grammar;
+  // Set when the request may speculate (SpeculativeConfig, unconstrained).
+  std::optional<NgramProposer> proposer;
 
  private:
   const RequestId id_;

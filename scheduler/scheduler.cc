@@ -61,6 +61,9 @@ absl::Status Scheduler::AddRequest(RequestId id, RequestParams params, OutputCal
   if (params.deadline) ++num_with_deadline_;
   auto request = std::make_unique<Request>(id, std::move(params), std::move(callback), now,
                                            next_arrival_seq_++, config_.eos_token_ids, tokenizer_);
+  if (config_.speculative.num_tokens > 0 && !request->params().constraint) {
+    request->proposer.emplace(config_.speculative.ngram_min, config_.speculative.ngram_max);
+  }
   if (request->params().constraint) {
     ++stats_.structured_requests;
     // Queued for compilation (or a cached grammar): never waits here.
@@ -158,19 +161,31 @@ void Scheduler::RemoveRunning(Request* r) {
   running_.erase(it);
 }
 
-void Scheduler::AddScheduled(Request* r, int32_t n, BatchPlanner& planner, SchedulerOutput& out) {
+void Scheduler::AddScheduled(Request* r, int32_t n, BatchPlanner& planner, SchedulerOutput& out,
+                             std::vector<int32_t> draft) {
   planner.Take(n);
   r->last_scheduled_step = step_;
   const int32_t first = r->num_computed_tokens();
+  const auto num_drafts = static_cast<int32_t>(draft.size());
   // max_tokens 0 (a prompt scored or echoed): caught up, it finishes unsampled.
-  const bool samples = first + n == r->num_tokens() && r->params().stop.max_tokens > 0;
+  const bool samples = first + n - num_drafts == r->num_tokens() && r->params().stop.max_tokens > 0;
   out.scheduled.push_back(
       ScheduledRequest{.request = r,
                        .num_new_tokens = n,
                        .first_position = first,
                        .samples = samples,
-                       .num_logits_rows = r->scoring_prompt() ? n : (samples ? 1 : 0)});
+                       .num_logits_rows = r->scoring_prompt() ? n : (samples ? 1 + num_drafts : 0),
+                       .draft = std::move(draft)});
   out.num_tokens += n;
+}
+
+std::vector<int32_t> Scheduler::Draft(Request& r) const {
+  // Every draft kept is an output token, and one more is sampled after them.
+  const int32_t room = r.params().stop.max_tokens - r.num_output_tokens() - 1;
+  const int32_t k = std::min(config_.speculative.num_tokens, room);
+  if (k <= 0) return {};
+  r.proposer->Extend(r.tokens());
+  return r.proposer->Propose(r.tokens(), k);
 }
 
 Request* Scheduler::PreemptVictim(SchedulerOutput& out) {
@@ -196,18 +211,24 @@ Request* Scheduler::PreemptVictim(SchedulerOutput& out) {
   return victim;
 }
 
-void Scheduler::ScheduleRunning(Request* r, BatchPlanner& planner, SchedulerOutput& out) {
+void Scheduler::ScheduleRunning(Request* r, BatchPlanner& planner, SchedulerOutput& out,
+                                bool speculate) {
   const int32_t bs = kv_->block_size();
+  const int32_t to_compute = r->num_tokens() - r->num_computed_tokens();
+  std::vector<int32_t> draft;
+  if (speculate && to_compute == 1 && r->proposer) draft = Draft(*r);
   while (true) {
-    const int32_t wanted = r->num_tokens() - r->num_computed_tokens();
+    const int32_t wanted = to_compute + static_cast<int32_t>(draft.size());
     const int32_t offered = planner.Offer(wanted);
     if (offered == 0) return;
     const int32_t held = static_cast<int32_t>(kv_->BlockTable(r->id()).size());
     const int32_t n = BatchPlanner::FitToBlocks(offered, r->num_computed_tokens(), held,
                                                 kv_->num_free_blocks(), bs);
     if (n > 0) {
+      // A short budget or pool cuts the drafts first (n >= 1 keeps the real token).
+      if (n < wanted) draft.resize(static_cast<size_t>(std::max(0, n - to_compute)));
       KVSERVE_CHECK(kv_->Allocate(r->id(), r->num_computed_tokens(), n));
-      AddScheduled(r, n, planner, out);
+      AddScheduled(r, n, planner, out, std::move(draft));
       return;
     }
     // Not even one slot: preempt someone (perhaps r itself) and retry.
@@ -256,13 +277,17 @@ SchedulerOutput Scheduler::Schedule(TimePoint now) {
   // Running requests, best first: decodes, then the rest. running_ is only
   // appended to by admission (after this loop); preempted requests stay in it,
   // marked WAITING, until the cleanup below.
+  int32_t num_decoding = 0;
+  for (const Request* r : running_) num_decoding += r->num_tokens() - r->num_computed_tokens() == 1;
+  const bool speculate =
+      config_.speculative.num_tokens > 0 && num_decoding <= config_.speculative.max_batch;
   for (const bool decode_pass : {true, false}) {
     for (size_t i = 0; i < running_.size() && !planner.Exhausted(); ++i) {
       Request* r = running_[i];
       if (r->state() != RequestState::kRunning || r->last_scheduled_step == step_) continue;
       const bool decoding = r->num_tokens() - r->num_computed_tokens() == 1;
       if (decoding != decode_pass) continue;
-      ScheduleRunning(r, planner, out);
+      ScheduleRunning(r, planner, out, speculate);
     }
   }
   std::erase_if(running_, [](const Request* r) { return r->state() != RequestState::kRunning; });
@@ -288,7 +313,14 @@ engine::StepInput Scheduler::BuildStepInput(const SchedulerOutput& out,
                           : s.num_logits_rows == 1 ? Logits::kLast
                                                    : Logits::kAll;
     KVSERVE_CHECK(s.num_logits_rows <= 1 || s.num_logits_rows == s.num_new_tokens);
-    in.AddSequence(r->tokens().subspan(s.first_position, s.num_new_tokens), s.first_position,
+    std::span<const int32_t> tokens = r->tokens().subspan(s.first_position);
+    std::vector<int32_t> with_draft;
+    if (!s.draft.empty()) {  // the last token, then the drafts
+      with_draft.assign(tokens.begin(), tokens.end());
+      with_draft.insert(with_draft.end(), s.draft.begin(), s.draft.end());
+      tokens = with_draft;
+    }
+    in.AddSequence(tokens.first(static_cast<size_t>(s.num_new_tokens)), s.first_position,
                    kv_->BlockTable(r->id()), kv_->block_size(), logits);
     if (with_sample_specs && s.samples) {
       in.sample_specs.push_back(engine::SampleSpec{

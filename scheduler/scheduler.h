@@ -44,10 +44,28 @@
 
 namespace kvserve::scheduler {
 
+// Speculative decoding by prompt lookup (ngram_proposer.h): a decoding
+// request proposes up to num_tokens drafts from its own context, the step
+// computes them after its last token, and Update keeps the longest prefix
+// the request's own sampler agrees with, plus the token it sampled after
+// it. Each kept token is the one the sampler draws without speculation
+// (the same row, parameters and position), so outputs do not change: greedy
+// and seeded requests give the same tokens, bit for bit on the CPU.
+// Only host-sampling runners, unconstrained requests; off in a step where
+// more than max_batch requests decode (large batches already use the
+// weights they read).
+struct SpeculativeConfig {
+  int32_t num_tokens = 0;  // drafts per step; 0: off
+  int32_t ngram_min = 2;
+  int32_t ngram_max = 4;
+  int32_t max_batch = 4;
+};
+
 struct SchedulerConfig {
   BatchLimits batch;
   CapacityLimits capacity;  // block_size / num_usable_blocks must match the KvCacheManager
   std::vector<int32_t> eos_token_ids;
+  SpeculativeConfig speculative;
 };
 
 struct ScheduledRequest {
@@ -60,6 +78,9 @@ struct ScheduledRequest {
   // (Request::scoring_prompt), else 1 when it samples, else 0. When it
   // samples, its last row is the one sampled.
   int32_t num_logits_rows = 0;
+  // Speculative tokens computed after the request's last token (their
+  // logits rows follow its row); empty when it does not speculate.
+  std::vector<int32_t> draft;
 };
 
 struct SchedulerOutput {
@@ -134,9 +155,13 @@ class Scheduler {
   // Constrained requests whose grammar is ready: into the waiting queue with
   // a matcher, or finished as kRejected when it failed to compile.
   void TakeCompiledGrammars(TimePoint now);
-  void ScheduleRunning(Request* r, BatchPlanner& planner, SchedulerOutput& out);
+  // speculate: a decoding request may propose drafts in this step.
+  void ScheduleRunning(Request* r, BatchPlanner& planner, SchedulerOutput& out, bool speculate);
   void AdmitWaiting(BatchPlanner& planner, SchedulerOutput& out, TimePoint now);
-  void AddScheduled(Request* r, int32_t n, BatchPlanner& planner, SchedulerOutput& out);
+  void AddScheduled(Request* r, int32_t n, BatchPlanner& planner, SchedulerOutput& out,
+                    std::vector<int32_t> draft = {});
+  // The drafts a decoding request proposes now (speculative decoding).
+  std::vector<int32_t> Draft(Request& r) const;
   // Preempts the worst running request not yet scheduled in this step.
   Request* PreemptVictim(SchedulerOutput& out);
   void InsertRunning(Request* r);
@@ -147,6 +172,11 @@ class Scheduler {
   void SampleRows(const SchedulerOutput& out, const engine::StepOutput& step);
   // Appends a sampled token, then advances its grammar, stop checks and outputs.
   void Emit(Request* r, engine::SampleResult result, TimePoint now);
+  // A speculating request after its step: advances over and emits the kept
+  // tokens (the accepted drafts, then the token sampled after them), until
+  // one finishes it; then releases the slots of the rejected drafts.
+  void EmitVerified(Request* r, const ScheduledRequest& s,
+                    std::vector<engine::SampleResult> verified, TimePoint now);
   // Scores the prompt tokens that s's logits rows (from first_row) predict.
   void ScorePrompt(Request* r, const ScheduledRequest& s, const engine::StepOutput& step,
                    size_t first_row);
@@ -172,6 +202,8 @@ class Scheduler {
   engine::grammar::GrammarCompileService* grammar_service_ = nullptr;  // not owned
   kernels::ThreadPool* sampling_pool_ = nullptr;                       // not owned
   std::vector<engine::SampleResult> sampled_;                          // SampleRows' output
+  // SampleRows' output for a speculating row: the tokens it keeps, in order.
+  std::vector<std::vector<engine::SampleResult>> verified_;
   std::vector<double> mask_seconds_;  // SampleRows: grammar mask time per row
   SchedulerStats stats_;
 };

@@ -35,6 +35,10 @@ void Scheduler::Update(const SchedulerOutput& out, const engine::StepOutput& ste
     }
     if (r->scoring_prompt()) ScorePrompt(r, s, step, logits_row);
     logits_row += static_cast<size_t>(s.num_logits_rows);
+    if (!s.draft.empty()) {
+      EmitVerified(r, s, std::move(verified_[row++]), now);  // may finish (and destroy) r
+      continue;
+    }
     r->AdvanceComputed(s.num_new_tokens);
     kv_->CommitComputed(r->id(), r->tokens(), r->num_computed_tokens());
     if (!s.samples) {
@@ -86,47 +90,73 @@ void Scheduler::SampleRows(const SchedulerOutput& out, const engine::StepOutput&
   sampled_.clear();
   if (!step.samples.empty()) return;  // sampled on the device
   std::vector<Request*> rows;
-  std::vector<size_t> logits_rows;  // rows[i]'s row of step.logits: its last one
+  std::vector<size_t> logits_rows;                  // rows[i]'s row of step.logits: its last one
+  std::vector<const std::vector<int32_t>*> drafts;  // rows[i]'s speculative tokens
   size_t num_logits_rows = 0;
   for (const ScheduledRequest& s : out.scheduled) {
     num_logits_rows += static_cast<size_t>(s.num_logits_rows);
     if (!s.samples) continue;
     rows.push_back(s.request);
     logits_rows.push_back(num_logits_rows - 1);
+    drafts.push_back(&s.draft);
   }
   KVSERVE_CHECK(num_logits_rows * static_cast<size_t>(step.vocab_size) == step.logits.size());
   sampled_.resize(rows.size());
+  verified_.resize(rows.size());
   mask_seconds_.assign(rows.size(), 0.0);
+  // The token r's sampler draws from `logits` after `output`: min_tokens'
+  // stop tokens cannot be drawn before it; a grammar: only the tokens it
+  // allows. Both mask before the sampler's penalties, temperature, top-k
+  // and top-p.
+  const auto draw = [&](Request& r, std::span<const float> logits, std::span<const int32_t> output,
+                        std::vector<float>& masked, size_t i) {
+    const std::span<const int32_t> mask =
+        r.stop_checker().StopTokensToMask(static_cast<int32_t>(output.size()));
+    if (!mask.empty() || r.grammar) {
+      masked.assign(logits.begin(), logits.end());
+      for (int32_t t : mask) {
+        if (t >= 0 && static_cast<size_t>(t) < masked.size()) {
+          masked[t] = -std::numeric_limits<float>::infinity();
+        }
+      }
+      if (r.grammar) {
+        const auto start = std::chrono::steady_clock::now();
+        r.grammar->matcher->FillMask();
+        r.grammar->matcher->ApplyMask(masked);
+        mask_seconds_[i] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      logits = masked;
+    }
+    engine::SamplingParams params = r.params().sampling;
+    params.logprobs = r.params().return_logprobs;  // else Emit drops them
+    // The overload with a thread_local scratch: each pool thread its own.
+    return engine::Sample(logits, params, r.prompt(), output);
+  };
   const auto sample = [&](int64_t begin, int64_t end) {
-    // min_tokens: stop tokens cannot be drawn before it; a grammar: only the
-    // tokens it allows can be drawn. Both mask before the sampler's
-    // penalties, temperature, top-k and top-p.
     std::vector<float> masked;
     for (int64_t i = begin; i < end; ++i) {
-      Request& r = *rows[i];
-      std::span<const float> logits = step.row(logits_rows[static_cast<size_t>(i)]);
-      const std::span<const int32_t> mask =
-          r.stop_checker().StopTokensToMask(r.num_output_tokens());
-      if (!mask.empty() || r.grammar) {
-        masked.assign(logits.begin(), logits.end());
-        for (int32_t t : mask) {
-          if (t >= 0 && static_cast<size_t>(t) < masked.size()) {
-            masked[t] = -std::numeric_limits<float>::infinity();
-          }
-        }
-        if (r.grammar) {
-          const auto start = std::chrono::steady_clock::now();
-          r.grammar->matcher->FillMask();
-          r.grammar->matcher->ApplyMask(masked);
-          mask_seconds_[i] =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        }
-        logits = masked;
+      const auto row = static_cast<size_t>(i);
+      Request& r = *rows[row];
+      const std::vector<int32_t>& draft = *drafts[row];
+      if (draft.empty()) {
+        sampled_[row] = draw(r, step.row(logits_rows[row]), r.output(), masked, row);
+        continue;
       }
-      engine::SamplingParams params = r.params().sampling;
-      params.logprobs = r.params().return_logprobs;  // else Emit drops them
-      // The overload with a thread_local scratch: each pool thread its own.
-      sampled_[i] = engine::Sample(logits, params, r.prompt(), r.output());
+      // Draft j is kept when the sampler, after the drafts kept before it,
+      // draws it from row j; the first token it draws otherwise (or after
+      // every draft, from the last row) is kept too and ends the chain.
+      const size_t first_row = logits_rows[row] - draft.size();
+      std::vector<int32_t> output(r.output().begin(), r.output().end());
+      std::vector<engine::SampleResult>& kept = verified_[row];
+      kept.clear();
+      for (size_t j = 0; j <= draft.size(); ++j) {
+        engine::SampleResult result = draw(r, step.row(first_row + j), output, masked, row);
+        const bool accepted = j < draft.size() && result.token == draft[j];
+        output.push_back(result.token);
+        kept.push_back(std::move(result));
+        if (!accepted) break;
+      }
     }
   };
   const int64_t n = static_cast<int64_t>(rows.size());
@@ -193,6 +223,29 @@ void Scheduler::Emit(Request* r, engine::SampleResult result, TimePoint now) {
   out.stop_token = stop.stop_token;
   // RUNNING -> FINISHED(stop token / stop string / length)
   FinishRequest(r, stop.reason, std::move(out), now);
+}
+
+void Scheduler::EmitVerified(Request* r, const ScheduledRequest& s,
+                             std::vector<engine::SampleResult> verified, TimePoint now) {
+  KVSERVE_CHECK(!verified.empty() && verified.size() <= s.draft.size() + 1);
+  const auto num_accepted = static_cast<int32_t>(verified.size()) - 1;
+  ++stats_.spec_drafts;
+  stats_.spec_draft_tokens += static_cast<int64_t>(s.draft.size());
+  stats_.spec_accepted_tokens += num_accepted;
+  if (stats_.spec_accepted_per_position.size() < s.draft.size()) {
+    stats_.spec_accepted_per_position.resize(s.draft.size());
+  }
+  for (int32_t j = 0; j < num_accepted; ++j) ++stats_.spec_accepted_per_position[j];
+  const RequestId id = r->id();
+  // Token j's K/V (its last token, then draft j - 1) is valid exactly when
+  // every token before it was kept.
+  for (engine::SampleResult& result : verified) {
+    r->AdvanceComputed(1);
+    kv_->CommitComputed(id, r->tokens(), r->num_computed_tokens());
+    Emit(r, std::move(result), now);  // may finish (and destroy) r
+    if (!requests_.contains(id)) return;
+  }
+  kv_->Trim(id, r->num_computed_tokens());  // the rejected drafts' slots
 }
 
 void Scheduler::FailStep(const SchedulerOutput& out, const absl::Status& status, TimePoint now) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "scheduler/capacity_policy.h"
 #include "scheduler/kv_cache_manager.h"
@@ -45,6 +46,12 @@ struct SchedulerStats {
   int64_t structured_requests = 0;         // accepted requests with a constraint
   int32_t last_step_constrained_rows = 0;  // rows of the last step drawn under a grammar
   double last_step_mask_s = 0;             // filling and applying their masks, summed over the rows
+
+  // Speculative decoding (vLLM's spec_decode counters).
+  int64_t spec_drafts = 0;                          // verification chains (one per speculating row)
+  int64_t spec_draft_tokens = 0;                    // tokens proposed
+  int64_t spec_accepted_tokens = 0;                 // of which kept
+  std::vector<int64_t> spec_accepted_per_position;  // [j]: chains that kept draft j
 };
 
 }  // namespace kvserve::scheduler
