@@ -289,6 +289,28 @@ def write_kv_codec_seeds() -> None:
         write("kv_codec", name, data)
 
 
+def tool_call_texts() -> dict[str, bytes]:
+    """Model outputs in each tool-call format (format byte, chunk-seed byte, text), the JSON
+    written by Python's json as the chat templates' tojson writes it, and broken variants."""
+    weather = {"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}
+    time_call = {"name": "get_time", "arguments": {}}
+    hermes = "".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in (weather, time_call))
+    llama = {"name": "get_weather", "parameters": weather["arguments"]}
+    texts = {
+        "hermes": (0, "I will look.\n" + hermes),
+        "hermes_unclosed": (0, "<tool_call>\n" + json.dumps(weather)),
+        "hermes_broken": (0, "<tool_call>\n" + json.dumps(weather)[:-3] + "</tool_call> x"),
+        "llama3": (1, "<|python_tag|>" + json.dumps(llama) + "; " + json.dumps(llama)),
+        "llama3_text": (1, "The weather in Paris is mild."),
+        "mistral": (2, "[TOOL_CALLS]" + json.dumps([weather, time_call])),
+        "mistral_broken": (2, "Sure [TOOL_CALLS][" + json.dumps(weather) + ", {"),
+        "json": (3, json.dumps([weather, time_call], indent=2)),
+        "json_not_a_call": (3, json.dumps({"city": "Paris"})),
+    }
+    return {name: bytes([fmt, i * 37 % 256]) + text.encode()
+            for i, (name, (fmt, text)) in enumerate(texts.items())}
+
+
 def main() -> None:
     for name, text in configs().items():
         write("config_json", name, text)
@@ -334,6 +356,8 @@ def main() -> None:
         write("openai_request", name, data)
     for name, data in structured_output_requests().items():
         write("structured_output", name, data)
+    for name, data in tool_call_texts().items():
+        write("tool_call_parser", name, data)
 
     write_kv_codec_seeds()
 
