@@ -55,6 +55,7 @@ Scan ScanCalls(std::string_view text, size_t pos, bool final, bool allow_array,
   std::optional<Json> value = ParseJson(text.substr(pos, *end - pos));
   if (!value.has_value()) return Scan::kMalformed;
   const Json items = value->is_array() ? *value : Json::array({*value});
+  if (items.empty()) return Scan::kMalformed;  // "[]" calls nothing: it stays content
   for (const Json& item : items) {
     std::optional<ToolCall> call = CallFromJson(item);
     if (!call.has_value()) return Scan::kMalformed;

@@ -783,6 +783,21 @@ def test_forced_tool_calls_on_random_weights(chat_daemon, chat_dir):
     assert json.loads(calls[0]["arguments"])["zone"] in ("UTC", "CET"), calls
 
 
+@pytest.mark.parametrize("parser", ["hermes", "llama3_json", "mistral"])
+def test_tool_call_parser_flag_sets_the_forced_format(kvserve_module_factory, chat_dir, parser):
+    """--tool_call_parser overrides the template's format; a forced call in it parses back."""
+    d = kvserve_module_factory("--http_port=-1", f"--tool_call_parser={parser}",
+                               model=str(chat_dir[0]))
+    assert f"tool calls are parsed as {parser} (--tool_call_parser={parser})" in d.stderr_text()
+    out = client_for(d).chat.completions.create(
+        model=str(chat_dir[0]), messages=MESSAGES, max_tokens=200, seed=1, tools=[TIME_TOOL],
+        tool_choice="required", parallel_tool_calls=False)
+    assert out.choices[0].finish_reason == "tool_calls", out.choices[0]
+    [call] = out.choices[0].message.tool_calls
+    assert call.function.name == "get_time", call
+    assert json.loads(call.function.arguments)["zone"] in ("UTC", "CET"), call
+
+
 def test_tool_auto_streams_what_it_returns_whole(chat_daemon, chat_dir):
     """tool_choice auto: the same seeded text, streamed and not, reads the same."""
     client = client_for(chat_daemon)

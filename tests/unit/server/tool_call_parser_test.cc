@@ -140,6 +140,12 @@ const std::vector<Case>& Cases() {
        "ok [TOOL_CALLS][{\"name\": \"a\"}",
        {},
        true},
+      {"mistral empty list is content",
+       F::kMistral,
+       "[TOOL_CALLS][] ok",
+       "[TOOL_CALLS][] ok",
+       {},
+       true},
       // Generic JSON.
       {"json object",
        F::kJson,
