@@ -534,11 +534,11 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
   if (endpoint == Endpoint::kChat) {
     KVSERVE_ASSIGN_OR_RETURN(out.tool_calling,
                              ParseToolCalling(body, model.tool_call_format, &out.base.constraint));
-    // Mistral's [TOOL_CALLS] is a special token: keep it in the text the
-    // parser reads, unless the client chose otherwise.
-    if (out.tool_calling.has_value() &&
-        out.tool_calling->format == tool_calling::ToolCallFormat::kMistral &&
-        Field(body, "skip_special_tokens") == nullptr) {
+    // A format whose marker is a special token of this tokenizer (Mistral's
+    // [TOOL_CALLS], Hermes 2 Pro's <tool_call>): keep special tokens in the
+    // text the parser reads, unless the client chose otherwise.
+    if (out.tool_calling.has_value() && Field(body, "skip_special_tokens") == nullptr &&
+        MarkerIsSpecialToken(out.tool_calling->format, model.tokenizer)) {
       out.base.stop.skip_special_tokens = false;
     }
   }

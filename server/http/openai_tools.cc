@@ -207,6 +207,13 @@ absl::StatusOr<std::optional<ToolCalling>> ParseToolCalling(const Json& body,
   return std::optional<ToolCalling>(out);
 }
 
+bool MarkerIsSpecialToken(ToolCallFormat format, const engine::Tokenizer* tokenizer) {
+  const std::string_view marker = tool_calling::ToolCallMarker(format);
+  if (tokenizer == nullptr || marker.empty()) return false;
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(marker, false);
+  return ids.ok() && ids->size() == 1 && tokenizer->IsSpecial((*ids)[0]);
+}
+
 void PrepareToolCallMessage(Json* message) {
   const auto calls = message->find("tool_calls");
   if (calls == message->end() || !calls->is_array()) return;

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/grammar/constraint.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/tool_calling/tool_call_parser.h"
 
@@ -59,6 +60,10 @@ absl::StatusOr<std::optional<ToolCalling>> ParseToolCalling(
 absl::StatusOr<engine::grammar::Constraint> ForcedToolCallConstraint(
     const std::vector<ToolFunction>& functions, tool_calling::ToolCallFormat format,
     bool stop_after_first, tool_calling::ToolCallFormat* parse_format);
+
+// Whether `format`'s marker encodes to one special token of `tokenizer`
+// (which the detokenizer drops unless skip_special_tokens is false).
+bool MarkerIsSpecialToken(tool_calling::ToolCallFormat format, const engine::Tokenizer* tokenizer);
 
 // One message as templates expect it (vLLM's conversion): each
 // tool_calls[i].function.arguments given as JSON text of an object becomes

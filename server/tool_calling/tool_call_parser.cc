@@ -138,6 +138,20 @@ std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view ToolCallMarker(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      return kHermesBegin;
+    case ToolCallFormat::kMistral:
+      return kMistralBegin;
+    case ToolCallFormat::kLlama3Json:
+      return kPythonTag;
+    case ToolCallFormat::kJson:
+      break;
+  }
+  return {};
+}
+
 ToolCallFormat DetectToolCallFormat(std::string_view chat_template) {
   if (chat_template.find(kHermesBegin) != std::string_view::npos) return ToolCallFormat::kHermes;
   if (chat_template.find(kMistralBegin) != std::string_view::npos) return ToolCallFormat::kMistral;

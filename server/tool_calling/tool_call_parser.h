@@ -44,6 +44,10 @@ enum class ToolCallFormat { kHermes, kLlama3Json, kMistral, kJson };
 const char* ToolCallFormatName(ToolCallFormat format);
 std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name);
 
+// The text that starts the format's calls: "<tool_call>", "[TOOL_CALLS]",
+// "<|python_tag|>"; empty for kJson.
+std::string_view ToolCallMarker(ToolCallFormat format);
+
 // The format a chat template teaches: "<tool_call>" in it is Hermes,
 // "[TOOL_CALLS]" Mistral, "<|python_tag|>" or "ipython" Llama 3; else JSON.
 ToolCallFormat DetectToolCallFormat(std::string_view chat_template);

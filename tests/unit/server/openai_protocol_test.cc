@@ -479,7 +479,8 @@ TEST_F(OpenAiProtocolTest, ToolCallingAndToolMessages) {
   EXPECT_EQ(r->tool_calling->format, tool_calling::ToolCallFormat::kMistral);
   EXPECT_FALSE(r->tool_calling->forced);
   EXPECT_FALSE(r->base.constraint.has_value());
-  EXPECT_FALSE(r->base.stop.skip_special_tokens);  // [TOOL_CALLS] stays in the text
+  // "[TOOL_CALLS]" is no special token of the byte tokenizer: nothing to keep.
+  EXPECT_TRUE(r->base.stop.skip_special_tokens);
 
   r = Parse(R"({"messages": [{"role": "user", "content": "w?"}], "tool_choice": "required",
       "tools": [{"type": "function", "function": {"name": "get_weather"}}]})",

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -181,6 +183,34 @@ TEST(OpenAiToolsTest, ArgumentsTextBecomesAnObjectForTemplates) {
   const Json want = {{"city", "Paris"}};
   EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], want);
   EXPECT_EQ(message["tool_calls"][1]["function"]["arguments"], "not json");  // left as given
+}
+
+TEST(OpenAiToolsTest, SpecialMarkersAreKeptInTheText) {
+  const std::filesystem::path path =
+      std::filesystem::path(::testing::TempDir()) / "tool_markers_tokenizer.json";
+  std::ofstream(path) << R"({"version": "1.0",
+    "added_tokens": [
+      {"id": 3, "content": "[TOOL_CALLS]", "special": true, "normalized": false},
+      {"id": 4, "content": "<tool_call>", "special": false, "normalized": false}],
+    "normalizer": null,
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+                      "use_regex": true},
+    "post_processor": null,
+    "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true,
+                "use_regex": true},
+    "model": {"type": "BPE", "dropout": null, "unk_token": null,
+      "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": false,
+      "byte_fallback": false, "ignore_merges": false,
+      "vocab": {"a": 0, "b": 1, "c": 2}, "merges": []}})";
+  absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
+      engine::LoadHfTokenizerJson(path.string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_TRUE(MarkerIsSpecialToken(ToolCallFormat::kMistral, tokenizer->get()));
+  EXPECT_FALSE(MarkerIsSpecialToken(ToolCallFormat::kHermes, tokenizer->get()));  // not special
+  EXPECT_FALSE(MarkerIsSpecialToken(ToolCallFormat::kJson, tokenizer->get()));    // no marker
+  const std::unique_ptr<engine::Tokenizer> bytes = engine::MakeByteTokenizer();
+  EXPECT_FALSE(MarkerIsSpecialToken(ToolCallFormat::kMistral, bytes.get()));  // many tokens
+  EXPECT_FALSE(MarkerIsSpecialToken(ToolCallFormat::kMistral, nullptr));
 }
 
 TEST(OpenAiToolsTest, CallIdsAreRandom) {
