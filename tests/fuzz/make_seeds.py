@@ -137,6 +137,12 @@ def generate_requests() -> dict[str, bytes]:
             "all_fields": b"\x00" + full.SerializeToString()}
 
 
+SEED_TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
 def openai_requests() -> dict[str, bytes]:
     """Bodies the openai client sends (captured by a mock transport), plus the
     vLLM extensions; first byte: endpoint (0 completions, 1 chat, 2 /tokenize,
@@ -179,6 +185,20 @@ def openai_requests() -> dict[str, bytes]:
             model="builtin:tiny", messages=[{"role": "user", "content": "hi"},
                                             {"role": "assistant", "content": "Hello, I"}],
             extra_body={"continue_final_message": True, "add_generation_prompt": False})),
+        (4 | 1, "chat_tools_auto", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+            tools=SEED_TOOLS)),
+        (4 | 1, "chat_tools_required", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=[{"role": "user", "content": "Weather?"}],
+            tools=SEED_TOOLS, tool_choice="required", parallel_tool_calls=False, stream=True)),
+        (4 | 1, "chat_tools_named_second_turn", lambda: client.chat.completions.create(
+            model="builtin:tiny", tools=SEED_TOOLS,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            messages=[{"role": "user", "content": "Weather?"},
+                      {"role": "assistant", "content": None, "tool_calls": [
+                          {"id": "call_1", "type": "function", "function": {
+                              "name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+                      {"role": "tool", "tool_call_id": "call_1", "content": "5C"}])),
         (1, "chat_no_template", lambda: client.chat.completions.create(
             model="builtin:tiny", messages=[{"role": "user", "content": "hi"}])),
     ]
