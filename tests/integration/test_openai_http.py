@@ -798,6 +798,49 @@ def test_tool_call_parser_flag_sets_the_forced_format(kvserve_module_factory, ch
     assert json.loads(call.function.arguments)["zone"] in ("UTC", "CET"), call
 
 
+def test_tool_auto_parses_calls_and_returns_malformed_text_as_content(chat_daemon, chat_dir):
+    """tool_choice auto with a response_format that shapes the text: a call object in the JSON
+    format (this template's) is parsed into tool_calls, streamed or not; a JSON object that is no
+    call comes back as content with finish_reason stop, counted as a parse failure."""
+    client = client_for(chat_daemon)
+    call_schema = {"type": "object", "properties": {
+        "name": {"const": "get_weather"},
+        "arguments": {"type": "object", "properties": {"city": {"enum": ["Paris", "Lyon"]}},
+                      "required": ["city"], "additionalProperties": False}},
+        "required": ["name", "arguments"], "additionalProperties": False}
+    kwargs = dict(model=str(chat_dir[0]), messages=MESSAGES, max_tokens=64, seed=2, tools=TOOLS,
+                  response_format={"type": "json_schema",
+                                   "json_schema": {"name": "call", "schema": call_schema}})
+    whole = client.chat.completions.create(**kwargs).choices[0]
+    assert whole.finish_reason == "tool_calls", whole
+    assert whole.message.content is None, whole.message
+    [call] = whole.message.tool_calls
+    assert call.function.name == "get_weather", call
+    assert json.loads(call.function.arguments)["city"] in ("Paris", "Lyon"), call
+    calls, finish, content = streamed_tool_calls(
+        client.chat.completions.create(stream=True, **kwargs))
+    assert (finish, content) == ("tool_calls", ""), (finish, content)
+    assert [(c["name"], c["arguments"]) for c in calls.values()] == [
+        (call.function.name, call.function.arguments)]
+
+    def failures() -> float:
+        m = re.search(r"^kvserve_tool_call_parse_failures_total (\S+)$",
+                      chat_daemon.metrics_text(), re.M)
+        assert m, chat_daemon.metrics_text()[:2000]
+        return float(m.group(1))
+
+    before = failures()
+    not_a_call = {"type": "object", "properties": {"city": {"enum": ["Paris", "Lyon"]}},
+                  "required": ["city"], "additionalProperties": False}
+    out = client.chat.completions.create(
+        model=str(chat_dir[0]), messages=MESSAGES, max_tokens=64, seed=2, tools=TOOLS,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "city", "schema": not_a_call}}).choices[0]
+    assert out.finish_reason == "stop" and out.message.tool_calls is None, out
+    assert json.loads(out.message.content)["city"] in ("Paris", "Lyon"), out.message
+    assert failures() == before + 1
+
+
 def test_tool_auto_streams_what_it_returns_whole(chat_daemon, chat_dir):
     """tool_choice auto: the same seeded text, streamed and not, reads the same."""
     client = client_for(chat_daemon)
