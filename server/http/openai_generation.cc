@@ -106,8 +106,9 @@ std::shared_ptr<GenerationCall> GenerationCall::Start(ServingState& state,
   if (call->request_.tool_calling.has_value()) {
     state.metrics().OnToolCallRequest();
     if (call->request_.stream) {
-      for (Choice& choice : call->choices_)
+      for (Choice& choice : call->choices_) {
         choice.tool_parser.emplace(call->request_.tool_calling->format);
+      }
     }
   }
   if (call->request_.stream) {
