@@ -107,8 +107,9 @@ bool ParseWholeText(ToolCallFormat format, std::string_view text, std::vector<To
       if (pos == text.size()) return true;  // a trailing ";"
     }
     size_t end = 0;
-    if (ScanCalls(text, pos, true, /*allow_array=*/false, calls, &end) != Scan::kCalls)
+    if (ScanCalls(text, pos, true, /*allow_array=*/false, calls, &end) != Scan::kCalls) {
       return false;
+    }
     pos = end;
     first = false;
   }
