@@ -297,6 +297,15 @@ int RunDaemon(const ServerConfig& config) {
     http_model.kv_capacity_tokens = KvCapacityTokens(engine_config);
     http_model.defaults = model.sampling_defaults;
     http_model.chat_template = chat_template ? &*chat_template : nullptr;
+    http_model.tool_call_format =
+        config.tool_call_parser != "auto"
+            ? *tool_calling::ToolCallFormatFromName(config.tool_call_parser)
+            : tool_calling::DetectToolCallFormat(chat_template ? chat_template->source() : "");
+    if (chat_template) {
+      Log().info("tool calls are parsed as {} (--tool_call_parser={})",
+                 tool_calling::ToolCallFormatName(http_model.tool_call_format),
+                 config.tool_call_parser);
+    }
     http_handler = std::make_unique<http::OpenAiHandler>(state, http_model);
     http::HttpServerOptions options;
     options.host = config.host;

@@ -28,6 +28,12 @@ ABSL_FLAG(std::string, chat_template, "",
           "HTTP API: a Jinja chat template file for /v1/chat/completions, used instead of the "
           "checkpoint's (chat_template.jinja or tokenizer_config.json); the checkpoint's special "
           "tokens stay visible to it.");
+ABSL_FLAG(std::string, tool_call_parser, "auto",
+          "HTTP API: the format tool calls are parsed in on /v1/chat/completions: hermes "
+          "(<tool_call>{...}</tool_call>), llama3_json ({\"name\", \"parameters\"}, after an "
+          "optional <|python_tag|>), mistral ([TOOL_CALLS][...]), json (a bare call object or "
+          "array), or auto: the one the chat template teaches (hermes when it names <tool_call>, "
+          "mistral for [TOOL_CALLS], llama3_json for <|python_tag|> or ipython, else json).");
 ABSL_FLAG(std::string, model, "builtin:tiny",
           "builtin:tiny, builtin:small, builtin:llama3-8b (CUDA only), or a Hugging Face "
           "checkpoint directory (config.json, "
@@ -143,6 +149,7 @@ absl::StatusOr<ServerConfig> ConfigFromFlags(std::span<char* const> argv) {
   c.http_port = absl::GetFlag(FLAGS_http_port);
   c.http_io_threads = absl::GetFlag(FLAGS_http_io_threads);
   c.chat_template = absl::GetFlag(FLAGS_chat_template);
+  c.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
   c.model = absl::GetFlag(FLAGS_model);
   c.served_model_names = ServedModelNames(argv);
   if (c.served_model_names.empty() && !absl::GetFlag(FLAGS_served_model_name).empty()) {

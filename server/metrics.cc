@@ -251,7 +251,24 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
       "Per engine step with constrained requests: time filling and applying their token masks, "
       "summed over the requests.",
       kMaskBuckets);
+  tool_call_requests_ =
+      &BuildCounter()
+           .Name("kvserve_tool_call_requests_total")
+           .Help(
+               "Chat requests whose output is read for tool calls (tools with tool_choice "
+               "auto, required or a named function).")
+           .Register(r)
+           .Add({});
+  tool_call_parse_failures_ =
+      &BuildCounter()
+           .Name("kvserve_tool_call_parse_failures_total")
+           .Help("Choices whose tool-call text did not parse (returned as content).")
+           .Register(r)
+           .Add({});
 }
+
+void ServerMetrics::OnToolCallRequest() { tool_call_requests_->Increment(); }
+void ServerMetrics::OnToolCallParseFailure() { tool_call_parse_failures_->Increment(); }
 
 void ServerMetrics::OnGrammarCompiled(double seconds, bool ok) {
   grammar_compile_->Observe(seconds);

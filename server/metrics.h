@@ -71,6 +71,10 @@ class ServerMetrics : public prometheus::Collectable {
   void OnHttpConnection(int delta);
   // A grammar compilation finished (the compile thread).
   void OnGrammarCompiled(double seconds, bool ok);
+  // Tool calling (HTTP io threads): a chat request read for tool calls, and
+  // a choice whose tool-call text did not parse.
+  void OnToolCallRequest();
+  void OnToolCallParseFailure();
   // Stops reading the loop: later scrapes return the last values. After it
   // returns the loop may be destroyed.
   void Detach();
@@ -129,6 +133,8 @@ class ServerMetrics : public prometheus::Collectable {
   // Structured outputs.
   prometheus::Histogram* grammar_compile_;
   prometheus::Counter* grammar_compile_failures_;
+  prometheus::Counter* tool_call_requests_;
+  prometheus::Counter* tool_call_parse_failures_;
   prometheus::Histogram* grammar_mask_;
 };
 

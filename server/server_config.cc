@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/kv_cache.h"
+#include "server/tool_calling/tool_call_parser.h"
 
 namespace kvserve::server {
 namespace {
@@ -53,6 +54,12 @@ absl::Status ValidateConfig(const ServerConfig& c) {
            CheckRange("max_receive_message_bytes", c.max_receive_message_bytes, 1024, 1 << 30),
        }) {
     if (!s.ok()) return s;
+  }
+  if (c.tool_call_parser != "auto" &&
+      !tool_calling::ToolCallFormatFromName(c.tool_call_parser).has_value()) {
+    return Bad("tool_call_parser",
+               absl::StrCat("must be auto, hermes, llama3_json, mistral or json, got \"",
+                            c.tool_call_parser, "\""));
   }
   if (c.backend != "auto" && c.backend != "cpu" && c.backend != "cuda") {
     return Bad("backend", absl::StrCat("must be auto, cpu or cuda, got \"", c.backend, "\""));

@@ -24,6 +24,9 @@ struct ServerConfig {
   // A Jinja chat template file for /v1/chat/completions, instead of the
   // checkpoint's (empty: the checkpoint's, if any).
   std::string chat_template;
+  // How /v1/chat/completions reads tool calls out of the text: hermes,
+  // llama3_json, mistral, json, or auto (the format the chat template teaches).
+  std::string tool_call_parser = "auto";
 
   std::string model = "builtin:tiny";
   // The names the APIs serve the model under; the first is the "model" of

@@ -1,9 +1,13 @@
 #include "engine/grammar/constraint.h"
 
 #include <exception>
+#include <stdexcept>
+#include <string>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "xgrammar/exception.h"
 #include "xgrammar/grammar.h"
 
 namespace kvserve::engine::grammar {
@@ -20,6 +24,8 @@ const char* ConstraintKindName(ConstraintKind kind) {
       return "choice";
     case ConstraintKind::kGrammar:
       return "grammar";
+    case ConstraintKind::kStructuralTag:
+      return "structural_tag";
   }
   return "unknown";
 }
@@ -75,11 +81,30 @@ xgrammar::Grammar BuildOrThrow(const Constraint& c) {
       return xgrammar::Grammar::FromEBNF(ChoiceGrammar(c.choices));
     case ConstraintKind::kGrammar:
       return xgrammar::Grammar::FromEBNF(c.text);
+    case ConstraintKind::kStructuralTag: {
+      std::variant<xgrammar::Grammar, xgrammar::StructuralTagError> built =
+          xgrammar::Grammar::FromStructuralTag(c.text);
+      if (auto* grammar = std::get_if<xgrammar::Grammar>(&built)) return *grammar;
+      throw std::invalid_argument(std::visit([](const auto& e) { return std::string(e.what()); },
+                                             std::get<xgrammar::StructuralTagError>(built)));
+    }
   }
   return xgrammar::Grammar::BuiltinJSONGrammar();  // unreachable: every kind returns above
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> JsonSchemaEbnf(const std::string& schema, bool strict) {
+  try {
+    return xgrammar::Grammar::FromJSONSchema(schema, /*any_whitespace=*/false,
+                                             /*indent=*/std::nullopt,
+                                             /*separators=*/std::nullopt, strict)
+        .ToString();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("json_schema: xgrammar cannot use it: ", e.what()));
+  }
+}
 
 absl::StatusOr<xgrammar::Grammar> BuildGrammar(const Constraint& constraint) {
   if (constraint.kind == ConstraintKind::kChoice) {

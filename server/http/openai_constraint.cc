@@ -192,6 +192,8 @@ std::string CheckedField(const Constraint& c, std::string_view source) {
       return "structured_outputs.grammar";
     case ConstraintKind::kJsonObject:
       return "structured_outputs.json_object";
+    case ConstraintKind::kStructuralTag:
+      break;  // never parsed from structured_outputs (tool calls build it)
   }
   return std::string(source);
 }

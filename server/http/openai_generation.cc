@@ -103,6 +103,14 @@ std::shared_ptr<GenerationCall> GenerationCall::Start(ServingState& state,
     call->choices_[static_cast<size_t>(c)].engine_id = *id;
     call->choices_[static_cast<size_t>(c)].submitted = true;
   }
+  if (call->request_.tool_calling.has_value()) {
+    state.metrics().OnToolCallRequest();
+    if (call->request_.stream) {
+      for (Choice& choice : call->choices_) {
+        choice.tool_parser.emplace(call->request_.tool_calling->format);
+      }
+    }
+  }
   if (call->request_.stream) {
     channel.BeginEventStream();
     for (int32_t c = 0; c < call->request_.num_choices(); ++c) {
@@ -206,28 +214,73 @@ void GenerationCall::OnPromptScored(int32_t c, const scheduler::RequestOutput& o
   SendChunk(Json::array({std::move(entry)}), std::nullopt);
 }
 
+std::vector<Json> GenerationCall::ToolCallDeltas(int32_t c, const scheduler::RequestOutput& out) {
+  Choice& choice = choices_[static_cast<size_t>(c)];
+  tool_calling::ToolCallDelta delta = choice.tool_parser->Feed(out.text);
+  if (out.finished) {
+    tool_calling::ToolCallDelta last = choice.tool_parser->Finish();
+    delta.content += last.content;
+    for (tool_calling::ToolCall& call : last.calls) delta.calls.push_back(std::move(call));
+    if (choice.tool_parser->malformed()) state_.metrics().OnToolCallParseFailure();
+  }
+  std::vector<Json> deltas;
+  if (!delta.content.empty()) deltas.push_back(Json{{"content", delta.content}});
+  const int32_t max_calls = request_.tool_calling->max_calls;
+  for (tool_calling::ToolCall& call : delta.calls) {
+    if (max_calls > 0 && choice.tool_calls_sent >= max_calls) break;  // parallel_tool_calls false
+    const int32_t index = choice.tool_calls_sent++;
+    // OpenAI's shape: the first chunk of a call opens it (id, type, name,
+    // arguments ""), the next ones carry its arguments.
+    Json opening = Json{{"index", index},
+                        {"id", RandomToolCallId()},
+                        {"type", "function"},
+                        {"function", Json{{"name", call.name}, {"arguments", ""}}}};
+    deltas.push_back(Json{{"tool_calls", Json::array({std::move(opening)})}});
+    Json arguments =
+        Json{{"index", index}, {"function", Json{{"arguments", std::move(call.arguments)}}}};
+    deltas.push_back(Json{{"tool_calls", Json::array({std::move(arguments)})}});
+  }
+  if (out.finished && choice.tool_calls_sent > 0 && choice.finish_reason == "stop") {
+    choice.finish_reason = "tool_calls";
+  }
+  return deltas;
+}
+
 void GenerationCall::StreamChunk(int32_t c, const scheduler::RequestOutput& out) {
   const Choice& choice = choices_[static_cast<size_t>(c)];
   const bool has_logprobs = request_.logprobs && !out.logprobs.empty();
   if (out.text.empty() && !has_logprobs && !out.finished) return;
-  Json entry = Json::object();
-  entry["index"] = c;
-  if (chat_) {
-    entry["delta"] = out.text.empty() ? Json::object() : Json{{"content", out.text}};
-    entry["logprobs"] = has_logprobs
-                            ? Json{{"content", ChatLogprobContent(out.logprobs, model_.tokenizer)}}
-                            : Json();
-  } else {
-    entry["text"] = out.text;
-    entry["logprobs"] = has_logprobs
-                            ? CompletionLogprobs(out.logprobs, model_.tokenizer,
-                                                 &choices_[static_cast<size_t>(c)].text_offset)
-                            : Json();
+  std::vector<Json> deltas;
+  if (chat_ && choice.tool_parser.has_value()) {
+    deltas = ToolCallDeltas(c, out);
+  } else if (chat_) {
+    if (!out.text.empty()) deltas.push_back(Json{{"content", out.text}});
   }
-  entry["finish_reason"] = out.finished ? Json(choice.finish_reason) : Json();
-  std::optional<Json> usage;
-  if (request_.continuous_usage) usage = ChoiceUsage(c);
-  SendChunk(Json::array({std::move(entry)}), std::move(usage));
+  if (chat_ && deltas.empty() && !has_logprobs && !out.finished) return;  // all held back
+  if (deltas.empty()) deltas.push_back(Json::object());
+  for (size_t d = 0; d < deltas.size(); ++d) {
+    const bool first = d == 0;
+    const bool last = d + 1 == deltas.size();
+    Json entry = Json::object();
+    entry["index"] = c;
+    if (chat_) {
+      entry["delta"] = std::move(deltas[d]);
+      entry["logprobs"] =
+          first && has_logprobs
+              ? Json{{"content", ChatLogprobContent(out.logprobs, model_.tokenizer)}}
+              : Json();
+    } else {
+      entry["text"] = out.text;
+      entry["logprobs"] = has_logprobs
+                              ? CompletionLogprobs(out.logprobs, model_.tokenizer,
+                                                   &choices_[static_cast<size_t>(c)].text_offset)
+                              : Json();
+    }
+    entry["finish_reason"] = last && out.finished ? Json(choice.finish_reason) : Json();
+    std::optional<Json> usage;
+    if (last && request_.continuous_usage) usage = ChoiceUsage(c);
+    SendChunk(Json::array({std::move(entry)}), std::move(usage));
+  }
 }
 
 void GenerationCall::SendChunk(Json choices, std::optional<Json> usage) {
@@ -271,8 +324,11 @@ Json GenerationCall::Response() const {
     const Choice& choice = choices_[c];
     Json entry = Json::object();
     entry["index"] = c;
+    std::string finish_reason = choice.finish_reason;
     if (chat_) {
-      entry["message"] = Json{{"role", "assistant"}, {"content", choice.text}};
+      entry["message"] = request_.tool_calling.has_value()
+                             ? ToolCallMessage(choice, &finish_reason)
+                             : Json{{"role", "assistant"}, {"content", choice.text}};
       entry["logprobs"] =
           choice.logprobs.is_null() && !request_.logprobs
               ? Json()
@@ -284,7 +340,7 @@ Json GenerationCall::Response() const {
       entry["logprobs"] = choice.logprobs;
       if (request_.prompt_logprobs >= 0) entry["prompt_logprobs"] = choice.prompt_logprobs;
     }
-    entry["finish_reason"] = choice.finish_reason;
+    entry["finish_reason"] = finish_reason;
     choices.push_back(std::move(entry));
   }
   body["choices"] = std::move(choices);
@@ -292,6 +348,30 @@ Json GenerationCall::Response() const {
   if (chat_ && request_.prompt_logprobs >= 0) body["prompt_logprobs"] = choices_[0].prompt_logprobs;
   body["usage"] = TotalUsage();
   return body;
+}
+
+Json GenerationCall::ToolCallMessage(const Choice& choice, std::string* finish_reason) const {
+  tool_calling::ParsedToolCalls parsed =
+      tool_calling::ParseToolCalls(request_.tool_calling->format, choice.text);
+  if (parsed.malformed) state_.metrics().OnToolCallParseFailure();
+  const int32_t max_calls = request_.tool_calling->max_calls;
+  if (max_calls > 0 && parsed.calls.size() > static_cast<size_t>(max_calls)) {
+    parsed.calls.resize(static_cast<size_t>(max_calls));  // parallel_tool_calls false
+  }
+  Json message = Json{{"role", "assistant"},
+                      {"content", parsed.content.empty() ? Json() : Json(parsed.content)}};
+  if (parsed.calls.empty()) return message;
+  Json calls = Json::array();
+  for (tool_calling::ToolCall& call : parsed.calls) {
+    calls.push_back(Json{{"id", RandomToolCallId()},
+                         {"type", "function"},
+                         {"function", Json{{"name", std::move(call.name)},
+                                           {"arguments", std::move(call.arguments)}}}});
+  }
+  message["tool_calls"] = std::move(calls);
+  // A text cut at max_tokens stays "length" (the client sees it was cut).
+  if (*finish_reason == "stop") *finish_reason = "tool_calls";
+  return message;
 }
 
 void GenerationCall::Complete() {

@@ -30,6 +30,7 @@
 #include "server/http/openai_format.h"
 #include "server/http/openai_protocol.h"
 #include "server/serving_state.h"
+#include "server/tool_calling/tool_call_parser.h"
 
 namespace kvserve::server::http {
 
@@ -62,12 +63,20 @@ class GenerationCall final : public Exchange, public std::enable_shared_from_thi
     int32_t completion_tokens = 0;
     scheduler::Usage usage;  // from the final output
     std::string finish_reason;
+    // Streaming with tool calling: the choice's parser, and calls sent so far.
+    std::optional<tool_calling::ToolCallParser> tool_parser;
+    int32_t tool_calls_sent = 0;
   };
 
   void OnOutput(int32_t choice, scheduler::RequestOutput&& out);
   void StreamChunk(int32_t choice, const scheduler::RequestOutput& out);
   // The first output of a choice: its prompt's logprobs (echo, prompt_logprobs).
   void OnPromptScored(int32_t choice, const scheduler::RequestOutput& out);
+  // Streaming with tool calling: the deltas (content, then each new call as
+  // an opening chunk and an arguments chunk) of one output.
+  std::vector<Json> ToolCallDeltas(int32_t choice, const scheduler::RequestOutput& out);
+  // Non-streaming: the message of a whole text, and its finish reason.
+  Json ToolCallMessage(const Choice& choice, std::string* finish_reason) const;
   void SendChunk(Json choices, std::optional<Json> usage);
   void Complete();                        // every choice finished normally
   void Fail(const absl::Status& status);  // answers with the error; aborts the rest

@@ -233,6 +233,7 @@ absl::StatusOr<std::vector<int32_t>> RenderMessages(const Json& body, const Mode
       return WrongType(param + ".role", "a string", role == nullptr ? Json() : *role);
     }
     Json message = m;
+    PrepareToolCallMessage(&message);
     const auto content = m.find("content");
     if (content != m.end()) {
       absl::StatusOr<Json> c = MessageContent(*content, param + ".content");
@@ -441,19 +442,7 @@ absl::Status CheckUnimplemented(Endpoint endpoint, const Json& body) {
     }
     return absl::OkStatus();
   }
-  // Tools reach the chat template (the model sees them), but the model's tool
-  // calls are not parsed out of its text: only tool_choice "none" is served.
-  const Json* choice = Field(body, "tool_choice");
-  const bool choice_none = choice != nullptr && *choice == "none";
-  if (non_empty("tools") && !choice_none) {
-    return Invalid("tools",
-                   "tool calling is not implemented: tool calls are not parsed out of the "
-                   "model's output; send \"tool_choice\": \"none\" to render the tools into the "
-                   "prompt and get text");
-  }
-  if (choice != nullptr && !choice_none && !(*choice == "auto")) {
-    return Invalid("tool_choice", "is not implemented (only \"none\")");
-  }
+  // tools, tool_choice and parallel_tool_calls are ParseToolCalling's (openai_tools.h).
   if (non_empty("functions") || set("function_call")) {
     return Invalid(non_empty("functions") ? "functions" : "function_call",
                    "function calling is not implemented");
@@ -545,6 +534,17 @@ absl::StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, cons
   out.base.sampling = sampling;
   KVSERVE_RETURN_IF_ERROR(ParseStop(body, model, &out.base.stop));
   KVSERVE_ASSIGN_OR_RETURN(out.base.constraint, ParseConstraint(body));
+  if (endpoint == Endpoint::kChat) {
+    KVSERVE_ASSIGN_OR_RETURN(out.tool_calling,
+                             ParseToolCalling(body, model.tool_call_format, &out.base.constraint));
+    // A format whose marker is a special token of this tokenizer (Mistral's
+    // [TOOL_CALLS], Hermes 2 Pro's <tool_call>): keep special tokens in the
+    // text the parser reads, unless the client chose otherwise.
+    if (out.tool_calling.has_value() && Field(body, "skip_special_tokens") == nullptr &&
+        MarkerIsSpecialToken(out.tool_calling->format, model.tokenizer)) {
+      out.base.stop.skip_special_tokens = false;
+    }
+  }
   std::optional<int32_t> max_tokens;
   const char* max_key = "max_tokens";
   if (endpoint == Endpoint::kChat && Field(body, "max_completion_tokens") != nullptr) {

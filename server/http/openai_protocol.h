@@ -28,6 +28,8 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/request.h"
+#include "server/http/openai_tools.h"
+#include "server/tool_calling/tool_call_parser.h"
 
 namespace kvserve::server::http {
 
@@ -53,6 +55,9 @@ struct ModelContext {
   engine::SamplingDefaults defaults;
   const chat::ChatTemplate* chat_template = nullptr;  // null: chat requests are 400
   std::string chat_template_error;                    // why, when loading it failed
+  // The format tool calls are parsed in (--tool_call_parser, or the one the
+  // chat template teaches).
+  tool_calling::ToolCallFormat tool_call_format = tool_calling::ToolCallFormat::kJson;
 };
 
 // A validated /v1/completions or /v1/chat/completions request.
@@ -78,6 +83,8 @@ struct GenerationRequest {
   // Everything but the prompt tokens and the seed.
   scheduler::RequestParams base;
   std::optional<uint64_t> seed;
+  // Chat with tools (tool_choice not "none"): how the output's tool calls are read.
+  std::optional<ToolCalling> tool_calling;
 
   int32_t num_choices() const { return static_cast<int32_t>(prompts.size()) * n; }
   // The engine request of choice c. With a seed, sample i of a prompt draws

@@ -137,6 +137,12 @@ def generate_requests() -> dict[str, bytes]:
             "all_fields": b"\x00" + full.SerializeToString()}
 
 
+SEED_TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
 def openai_requests() -> dict[str, bytes]:
     """Bodies the openai client sends (captured by a mock transport), plus the
     vLLM extensions; first byte: endpoint (0 completions, 1 chat, 2 /tokenize,
@@ -179,6 +185,20 @@ def openai_requests() -> dict[str, bytes]:
             model="builtin:tiny", messages=[{"role": "user", "content": "hi"},
                                             {"role": "assistant", "content": "Hello, I"}],
             extra_body={"continue_final_message": True, "add_generation_prompt": False})),
+        (4 | 1, "chat_tools_auto", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+            tools=SEED_TOOLS)),
+        (4 | 1, "chat_tools_required", lambda: client.chat.completions.create(
+            model="builtin:tiny", messages=[{"role": "user", "content": "Weather?"}],
+            tools=SEED_TOOLS, tool_choice="required", parallel_tool_calls=False, stream=True)),
+        (4 | 1, "chat_tools_named_second_turn", lambda: client.chat.completions.create(
+            model="builtin:tiny", tools=SEED_TOOLS,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            messages=[{"role": "user", "content": "Weather?"},
+                      {"role": "assistant", "content": None, "tool_calls": [
+                          {"id": "call_1", "type": "function", "function": {
+                              "name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+                      {"role": "tool", "tool_call_id": "call_1", "content": "5C"}])),
         (1, "chat_no_template", lambda: client.chat.completions.create(
             model="builtin:tiny", messages=[{"role": "user", "content": "hi"}])),
     ]
@@ -337,6 +357,28 @@ def write_kv_codec_seeds() -> None:
         write("kv_codec", name, data)
 
 
+def tool_call_texts() -> dict[str, bytes]:
+    """Model outputs in each tool-call format (format byte, chunk-seed byte, text), the JSON
+    written by Python's json as the chat templates' tojson writes it, and broken variants."""
+    weather = {"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}
+    time_call = {"name": "get_time", "arguments": {}}
+    hermes = "".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in (weather, time_call))
+    llama = {"name": "get_weather", "parameters": weather["arguments"]}
+    texts = {
+        "hermes": (0, "I will look.\n" + hermes),
+        "hermes_unclosed": (0, "<tool_call>\n" + json.dumps(weather)),
+        "hermes_broken": (0, "<tool_call>\n" + json.dumps(weather)[:-3] + "</tool_call> x"),
+        "llama3": (1, "<|python_tag|>" + json.dumps(llama) + "; " + json.dumps(llama)),
+        "llama3_text": (1, "The weather in Paris is mild."),
+        "mistral": (2, "[TOOL_CALLS]" + json.dumps([weather, time_call])),
+        "mistral_broken": (2, "Sure [TOOL_CALLS][" + json.dumps(weather) + ", {"),
+        "json": (3, json.dumps([weather, time_call], indent=2)),
+        "json_not_a_call": (3, json.dumps({"city": "Paris"})),
+    }
+    return {name: bytes([fmt, i * 37 % 256]) + text.encode()
+            for i, (name, (fmt, text)) in enumerate(texts.items())}
+
+
 def main() -> None:
     for name, text in configs().items():
         write("config_json", name, text)
@@ -384,6 +426,8 @@ def main() -> None:
         write("structured_output", name, data)
     for name, data in responses_requests().items():
         write("responses_request", name, data)
+    for name, data in tool_call_texts().items():
+        write("tool_call_parser", name, data)
 
     write_kv_codec_seeds()
 

@@ -4,7 +4,8 @@
 // Properties: nothing throws; a request that parses has non-empty prompts of
 // in-vocabulary ids, at most kMaxChoices choices, stop limits in range,
 // sampling values the engine accepts (logit_bias ids in the vocabulary,
-// ascending), min_tokens <= max_tokens; one that does
+// ascending), min_tokens <= max_tokens, a forced tool call constrained by a
+// structural tag; one that does
 // not maps to a 4xx with a message, and its error JSON is valid JSON.
 //
 // Input: one byte (bit 0-1: endpoint, bit 2: a chat template is loaded),
@@ -67,6 +68,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return 0;
       }
       KVSERVE_FUZZ_CHECK(!r->prompts.empty(), "a prompt");
+      // Tool calling: chat only; a forced call is the request's one constraint.
+      if (r->tool_calling.has_value()) {
+        KVSERVE_FUZZ_CHECK(endpoint == Endpoint::kChat, "tools on chat only");
+        KVSERVE_FUZZ_CHECK(!r->tool_calling->forced ||
+                               (r->base.constraint.has_value() &&
+                                r->base.constraint->kind ==
+                                    kvserve::engine::grammar::ConstraintKind::kStructuralTag),
+                           "a forced call is a structural tag");
+      }
       KVSERVE_FUZZ_CHECK(
           r->num_choices() >= 1 && r->num_choices() <= kvserve::server::http::kMaxChoices,
           std::to_string(r->num_choices()));

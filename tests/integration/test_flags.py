@@ -46,6 +46,8 @@ CASES = [
     ("chat-template-missing",
      ["--model=builtin:tiny", "--http_port=-1", "--chat_template=/nonexistent/t.jinja"],
      ["chat_template", "/nonexistent/t.jinja"]),
+    ("tool-call-parser-bogus", ["--model=builtin:tiny", "--tool_call_parser=xml"],
+     ["tool_call_parser", '"xml"']),
     ("tls-cert-file-missing",
      ["--model=builtin:tiny", "--tls_cert_file=/nonexistent/cert.pem",
       "--tls_key_file=/nonexistent/key.pem"],

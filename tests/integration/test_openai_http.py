@@ -658,10 +658,13 @@ TOOLS = [{"type": "function", "function": {
             "a": {"$ref": "#/$defs/missing"}}}, "strict": True}}},
      "response_format.json_schema.schema"),
     ({"response_format": {"type": "structural_tag"}}, "response_format.type"),
-    ({"tools": TOOLS}, "tools"),
-    ({"tools": TOOLS, "tool_choice": "required"}, "tools"),
-    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
-     "tools"),
+    # Tool calling is served; what it cannot honour is a 400 naming the field.
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+     "tool_choice.function.name"),
+    ({"tools": [{"type": "code_interpreter"}]}, "tools[0].type"),
+    ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
+     "tool_choice"),
+    ({"functions": [TOOLS[0]["function"]]}, "functions"),
     ({"extra_body": {"guided_json": {"type": "object"}, "guided_whitespace_pattern": " "}},
      "guided_whitespace_pattern"),
     ({"extra_body": {"guided_regex": "(", "guided_decoding_backend": "xgrammar"}},
@@ -721,6 +724,134 @@ def test_tools_with_tool_choice_none_render_and_answer_text(chat_daemon, chat_di
         response_format={"type": "text"})
     assert out.choices[0].message.tool_calls is None
     assert out.usage.completion_tokens >= 1
+
+
+TIME_TOOL = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {
+        "zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"], "additionalProperties": False}}}
+
+
+def streamed_tool_calls(chunks) -> tuple[dict, str | None, str]:
+    """Assembles delta.tool_calls as the openai SDK's users do: by index, the first chunk of a
+    call naming it, the later ones appending to its arguments."""
+    calls: dict[int, dict] = {}
+    finish = None
+    content = ""
+    for chunk in chunks:
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        content += choice.delta.content or ""
+        for d in choice.delta.tool_calls or []:
+            if d.index not in calls:
+                assert d.id and d.id.startswith("call_") and d.type == "function", d
+                assert d.function.name, d
+                calls[d.index] = {"id": d.id, "name": d.function.name, "arguments": ""}
+            else:
+                assert d.id is None and d.function.name is None, d
+            calls[d.index]["arguments"] += d.function.arguments or ""
+        finish = choice.finish_reason or finish
+    return calls, finish, content
+
+
+def test_forced_tool_calls_on_random_weights(chat_daemon, chat_dir):
+    """The random-weight model's text is noise: only the grammar makes it call. Its template
+    names no tool format, so the calls are forced and parsed as a JSON array."""
+    client = client_for(chat_daemon)
+    model = str(chat_dir[0])
+    for seed in range(3):
+        out = client.chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=200, seed=seed, tools=TOOLS + [TIME_TOOL],
+            tool_choice={"type": "function", "function": {"name": "get_time"}})
+        choice = out.choices[0]
+        assert choice.finish_reason == "tool_calls", choice
+        assert choice.message.content is None, choice.message
+        [call] = choice.message.tool_calls
+        assert call.function.name == "get_time" and call.id.startswith("call_"), call
+        assert json.loads(call.function.arguments)["zone"] in ("UTC", "CET"), call
+        out = client.chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=200, seed=seed, tools=TOOLS + [TIME_TOOL],
+            tool_choice="required", parallel_tool_calls=False)
+        assert out.choices[0].finish_reason == "tool_calls", out.choices[0]
+        assert len(out.choices[0].message.tool_calls) == 1, out.choices[0].message
+        assert out.choices[0].message.tool_calls[0].function.name in ("get_weather", "get_time")
+    calls, finish, content = streamed_tool_calls(client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=200, seed=5, stream=True,
+        tools=TOOLS + [TIME_TOOL], tool_choice={"type": "function", "function": {"name": "get_time"}}))
+    assert finish == "tool_calls" and content == "", (finish, content)
+    assert [c["name"] for c in calls.values()] == ["get_time"], calls
+    assert json.loads(calls[0]["arguments"])["zone"] in ("UTC", "CET"), calls
+
+
+@pytest.mark.parametrize("parser", ["hermes", "llama3_json", "mistral"])
+def test_tool_call_parser_flag_sets_the_forced_format(kvserve_module_factory, chat_dir, parser):
+    """--tool_call_parser overrides the template's format; a forced call in it parses back."""
+    d = kvserve_module_factory("--http_port=-1", f"--tool_call_parser={parser}",
+                               model=str(chat_dir[0]))
+    assert f"tool calls are parsed as {parser} (--tool_call_parser={parser})" in d.stderr_text()
+    out = client_for(d).chat.completions.create(
+        model=str(chat_dir[0]), messages=MESSAGES, max_tokens=200, seed=1, tools=[TIME_TOOL],
+        tool_choice="required", parallel_tool_calls=False)
+    assert out.choices[0].finish_reason == "tool_calls", out.choices[0]
+    [call] = out.choices[0].message.tool_calls
+    assert call.function.name == "get_time", call
+    assert json.loads(call.function.arguments)["zone"] in ("UTC", "CET"), call
+
+
+def test_tool_auto_parses_calls_and_returns_malformed_text_as_content(chat_daemon, chat_dir):
+    """tool_choice auto with a response_format that shapes the text: a call object in the JSON
+    format (this template's) is parsed into tool_calls, streamed or not; a JSON object that is no
+    call comes back as content with finish_reason stop, counted as a parse failure."""
+    client = client_for(chat_daemon)
+    call_schema = {"type": "object", "properties": {
+        "name": {"const": "get_weather"},
+        "arguments": {"type": "object", "properties": {"city": {"enum": ["Paris", "Lyon"]}},
+                      "required": ["city"], "additionalProperties": False}},
+        "required": ["name", "arguments"], "additionalProperties": False}
+    kwargs = dict(model=str(chat_dir[0]), messages=MESSAGES, max_tokens=64, seed=2, tools=TOOLS,
+                  response_format={"type": "json_schema",
+                                   "json_schema": {"name": "call", "schema": call_schema}})
+    whole = client.chat.completions.create(**kwargs).choices[0]
+    assert whole.finish_reason == "tool_calls", whole
+    assert whole.message.content is None, whole.message
+    [call] = whole.message.tool_calls
+    assert call.function.name == "get_weather", call
+    assert json.loads(call.function.arguments)["city"] in ("Paris", "Lyon"), call
+    calls, finish, content = streamed_tool_calls(
+        client.chat.completions.create(stream=True, **kwargs))
+    assert (finish, content) == ("tool_calls", ""), (finish, content)
+    assert [(c["name"], c["arguments"]) for c in calls.values()] == [
+        (call.function.name, call.function.arguments)]
+
+    def failures() -> float:
+        m = re.search(r"^kvserve_tool_call_parse_failures_total (\S+)$",
+                      chat_daemon.metrics_text(), re.M)
+        assert m, chat_daemon.metrics_text()[:2000]
+        return float(m.group(1))
+
+    before = failures()
+    not_a_call = {"type": "object", "properties": {"city": {"enum": ["Paris", "Lyon"]}},
+                  "required": ["city"], "additionalProperties": False}
+    out = client.chat.completions.create(
+        model=str(chat_dir[0]), messages=MESSAGES, max_tokens=64, seed=2, tools=TOOLS,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "city", "schema": not_a_call}}).choices[0]
+    assert out.finish_reason == "stop" and out.message.tool_calls is None, out
+    assert json.loads(out.message.content)["city"] in ("Paris", "Lyon"), out.message
+    assert failures() == before + 1
+
+
+def test_tool_auto_streams_what_it_returns_whole(chat_daemon, chat_dir):
+    """tool_choice auto: the same seeded text, streamed and not, reads the same."""
+    client = client_for(chat_daemon)
+    kwargs = dict(model=str(chat_dir[0]), messages=MESSAGES, max_tokens=24, seed=3, tools=TOOLS)
+    whole = client.chat.completions.create(**kwargs).choices[0]
+    calls, finish, content = streamed_tool_calls(
+        client.chat.completions.create(stream=True, **kwargs))
+    assert content == (whole.message.content or ""), (content, whole.message)
+    assert finish == whole.finish_reason
+    assert [(c["name"], c["arguments"]) for c in calls.values()] == [
+        (c.function.name, c.function.arguments) for c in whole.message.tool_calls or []]
 
 
 @pytest.mark.parametrize("kwargs,param", [

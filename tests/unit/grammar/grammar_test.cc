@@ -22,6 +22,7 @@
 #include "engine/sampling/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/unit/grammar/constraint_builders.h"
 
 namespace kvserve::engine::grammar {
@@ -109,6 +110,37 @@ TEST(ConstraintTest, WhatXgrammarRefusesIsAnErrorNamingTheKind) {
   EXPECT_FALSE(BuildGrammar(Choice({})).ok());
   EXPECT_FALSE(BuildGrammar(Choice({"a", ""})).ok());
   EXPECT_FALSE(BuildGrammar(Regex("")).ok());
+}
+
+TEST(ConstraintTest, StructuralTagsAndCompactSchemaEbnf) {
+  // The compact JSON grammar of a schema, as EBNF text xgrammar reads back.
+  absl::StatusOr<std::string> ebnf =
+      JsonSchemaEbnf(R"({"type": "object", "properties": {"a": {"type": "integer"}},
+                         "required": ["a"]})",
+                     true);
+  ASSERT_TRUE(ebnf.ok()) << ebnf.status();
+  Constraint grammar;
+  grammar.kind = ConstraintKind::kGrammar;
+  grammar.text = *ebnf;
+  ASSERT_TRUE(BuildGrammar(grammar).ok()) << *ebnf;
+  EXPECT_FALSE(JsonSchemaEbnf("{not json", true).ok());
+
+  Constraint tag;
+  tag.kind = ConstraintKind::kStructuralTag;
+  tag.text = R"({"type": "structural_tag", "format": {"type": "tag", "begin": "<a>",
+                 "content": {"type": "grammar", "grammar": )" +
+             nlohmann::json(*ebnf).dump() + R"(}, "end": "</a>"}})";
+  EXPECT_TRUE(BuildGrammar(tag).ok()) << BuildGrammar(tag).status();
+  EXPECT_NE(tag.CacheKey(), [&] {
+    Constraint same_text = tag;
+    same_text.kind = ConstraintKind::kGrammar;
+    return same_text.CacheKey();
+  }());
+  tag.text = R"({"type": "structural_tag", "format": {"type": "no_such_format"}})";
+  const absl::StatusOr<xgrammar::Grammar> bad = BuildGrammar(tag);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("structural_tag"), std::string::npos) << bad.status();
 }
 
 TEST(CompileServiceTest, EqualConstraintsShareOneCompilation) {

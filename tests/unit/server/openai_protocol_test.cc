@@ -234,14 +234,20 @@ TEST_F(OpenAiProtocolTest, UnimplementedFieldsAreRejectedByName) {
                   Endpoint::kChat),
             "response_format.json_schema.schema");
   EXPECT_EQ(Param(chat + R"("response_format": {"type": "text"}})", Endpoint::kChat), "<ok>");
-  EXPECT_EQ(Param(chat + tools + "}", Endpoint::kChat), "tools");
-  EXPECT_EQ(Param(chat + tools + R"(, "tool_choice": "auto"})", Endpoint::kChat), "tools");
-  EXPECT_EQ(Param(chat + tools + R"(, "tool_choice": "required"})", Endpoint::kChat), "tools");
+  // Tool calling is served (openai_tools.h); its own errors are openai_tools_test's.
+  EXPECT_EQ(Param(chat + tools + "}", Endpoint::kChat), "<ok>");
+  EXPECT_EQ(Param(chat + tools + R"(, "tool_choice": "auto"})", Endpoint::kChat), "<ok>");
+  EXPECT_EQ(Param(chat + tools + R"(, "tool_choice": "required"})", Endpoint::kChat), "<ok>");
   EXPECT_EQ(Param(chat + tools + R"(, "tool_choice": "none"})", Endpoint::kChat), "<ok>");
+  EXPECT_EQ(Param(chat + tools + R"(, "tool_choice": "required", "response_format": {"type":
+                  "json_object"}})",
+                  Endpoint::kChat),
+            "tool_choice");
+  EXPECT_EQ(Param(chat + R"("function_call": "auto"})", Endpoint::kChat), "function_call");
   EXPECT_EQ(Param(chat + R"("tools": [], "tool_choice": "auto"})", Endpoint::kChat), "<ok>");
   EXPECT_EQ(Param(chat + R"("tool_choice": {"type": "function", "function": {"name": "f"}}})",
                   Endpoint::kChat),
-            "tool_choice");
+            "tool_choice.function.name");
   EXPECT_EQ(Param(chat + R"("functions": [{"name": "f"}]})", Endpoint::kChat), "functions");
   EXPECT_EQ(Param(chat + R"("continue_final_message": true})", Endpoint::kChat),
             "continue_final_message");
@@ -469,6 +475,49 @@ TEST_F(OpenAiProtocolTest, ErrorJsonAndStatusMapping) {
   EXPECT_EQ(ToApiError(absl::InvalidArgumentError("no parameter named here")).param, "");
   // Text that is not UTF-8 never throws out of Dump.
   EXPECT_EQ(Dump(Json("a\xff")), "\"a\\ufffd\"");
+}
+
+TEST_F(OpenAiProtocolTest, ToolCallingAndToolMessages) {
+  // The template writes each assistant call's arguments.city (an object to
+  // it, though the client sent JSON text) and each tool result.
+  absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::FromSource(
+      "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+      "[{{ c.function.name }}:{{ c.function.arguments.city }}]{% endfor %}"
+      "{% elif m.role == 'tool' %}({{ m.tool_call_id }}={{ m.content }}){% else %}"
+      "{{ m.content }}{% endif %}{% endfor %}",
+      nlohmann::json::object());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  model_.chat_template = &*tmpl;
+  model_.tool_call_format = tool_calling::ToolCallFormat::kMistral;
+  auto r = Parse(R"({"messages": [{"role": "user", "content": "w?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "5C"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather"}}]})",
+                 Endpoint::kChat);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(tokenizer_->Decode(r->prompts[0], false), "w?[get_weather:Oslo](call_1=5C)");
+  ASSERT_TRUE(r->tool_calling.has_value());
+  EXPECT_EQ(r->tool_calling->format, tool_calling::ToolCallFormat::kMistral);
+  EXPECT_FALSE(r->tool_calling->forced);
+  EXPECT_FALSE(r->base.constraint.has_value());
+  // "[TOOL_CALLS]" is no special token of the byte tokenizer: nothing to keep.
+  EXPECT_TRUE(r->base.stop.skip_special_tokens);
+
+  r = Parse(R"({"messages": [{"role": "user", "content": "w?"}], "tool_choice": "required",
+      "tools": [{"type": "function", "function": {"name": "get_weather"}}]})",
+            Endpoint::kChat);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->base.constraint.has_value());
+  EXPECT_EQ(r->base.constraint->kind, engine::grammar::ConstraintKind::kStructuralTag);
+  EXPECT_EQ(r->tool_calling->format, tool_calling::ToolCallFormat::kJson);
+
+  r = Parse(R"({"messages": [{"role": "user", "content": "w?"}], "tool_choice": "none",
+      "tools": [{"type": "function", "function": {"name": "get_weather"}}]})",
+            Endpoint::kChat);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->tool_calling.has_value());
+  EXPECT_TRUE(r->base.stop.skip_special_tokens);
 }
 
 }  // namespace
