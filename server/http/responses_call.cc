@@ -43,7 +43,8 @@ ResponsesCall::ResponsesCall(ServingState& state, const ModelContext& model,
       echo_(std::move(echo)),
       channel_(channel),
       id_(RandomId("resp_")),
-      created_at_(NowSeconds()) {
+      created_at_(NowSeconds()),
+      items_(request_.tool_calling) {
   state_.StreamStarted();
 }
 
@@ -80,6 +81,7 @@ std::shared_ptr<ResponsesCall> ResponsesCall::Start(ServingState& state, const M
     return nullptr;
   }
   state.metrics().OnAccepted(ServerMetrics::Api::kHttp);
+  if (call->request_.tool_calling.has_value()) state.metrics().OnToolCallRequest();
   call->engine_id_ = *id;
   call->submitted_ = true;
   if (call->request_.stream) {
@@ -118,6 +120,7 @@ void ResponsesCall::Finish(const scheduler::RequestOutput& out) {
   usage_ = out.usage;
   const bool incomplete = finish_reason_ == "length";
   const ResponseItems::Delta closing = items_.Finish(incomplete ? "incomplete" : "completed");
+  if (items_.malformed()) state_.metrics().OnToolCallParseFailure();
   done_ = true;
   const Json response = ResponseObject(incomplete ? "incomplete" : "completed");
   if (!request_.stream) {

@@ -62,7 +62,7 @@ class ResponsesCall final : public Exchange, public std::enable_shared_from_this
   HttpChannel& channel_;
   const std::string id_;
   const int64_t created_at_;
-  ResponseItems items_;
+  ResponseItems items_;  // request_'s tool calling
   scheduler::RequestId engine_id_ = 0;
   bool submitted_ = false;
   bool finished_ = false;  // the engine's final output came (or the call failed)

@@ -191,3 +191,61 @@ def test_stream_names_every_event(daemon):
         name, data = e.split("\n")
         assert name.startswith("event: ") and data.startswith("data: "), e
         assert json.loads(data.removeprefix("data: "))["type"] == name.removeprefix("event: ")
+
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of a city",
+           "parameters": {"type": "object",
+                          "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+                          "required": ["city"], "additionalProperties": False}}
+CLOCK = {"type": "function", "name": "get_time", "description": "The time",
+         "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}
+
+
+def test_required_tool_choice_gives_a_function_call_item(client):
+    resp = client.responses.create(model=MODEL, input="Weather in Paris?", tools=[WEATHER, CLOCK],
+                                   tool_choice="required", max_output_tokens=60, temperature=0)
+    calls = [item for item in resp.output if item.type == "function_call"]
+    assert calls, resp.output
+    for call in calls:
+        assert call.call_id.startswith("call_") and call.id.startswith("fc_")
+        assert call.name in ("get_weather", "get_time") and call.status == "completed"
+        args = json.loads(call.arguments)
+        assert (args == {}) if call.name == "get_time" else (args["city"] in ("Paris", "Oslo"))
+    assert resp.status == "completed"
+
+
+def test_named_tool_choice_streams_function_call_events(client):
+    kwargs = dict(model=MODEL, input="Weather?", tools=[WEATHER, CLOCK],
+                  tool_choice={"type": "function", "name": "get_weather"},
+                  parallel_tool_calls=False, max_output_tokens=60, temperature=0)
+    whole = client.responses.create(**kwargs)
+    with client.responses.stream(**kwargs) as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_response()
+    (call,) = [item for item in final.output if item.type == "function_call"]
+    assert call.name == "get_weather" and json.loads(call.arguments)["city"] in ("Paris", "Oslo")
+    (whole_call,) = [item for item in whole.output if item.type == "function_call"]
+    assert whole_call.arguments == call.arguments
+    for t in ("response.function_call_arguments.delta", "response.function_call_arguments.done"):
+        assert types.count(t) == 1, types
+
+
+def test_function_call_output_round_trips_as_a_tool_message(client, daemon):
+    """The call and its output go back as input items: the prompt is the chat request's with the
+    assistant's tool_calls and the tool message."""
+    call = {"type": "function_call", "call_id": "call_7", "name": "get_weather",
+            "arguments": '{"city": "Oslo"}'}
+    result = {"type": "function_call_output", "call_id": "call_7", "output": "sunny"}
+    resp = client.responses.create(
+        model=MODEL, tools=[WEATHER], max_output_tokens=5, temperature=0,
+        input=[{"role": "user", "content": "Weather?"}, call, result])
+    chat = client.chat.completions.create(
+        model=MODEL, tools=[{"type": "function", "function": {
+            k: v for k, v in WEATHER.items() if k != "type"}}], max_tokens=5, temperature=0,
+        messages=[{"role": "user", "content": "Weather?"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "call_7", "type": "function",
+                       "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+                  {"role": "tool", "tool_call_id": "call_7", "content": "sunny"}])
+    assert resp.usage.input_tokens == chat.usage.prompt_tokens
+    assert resp.output_text == (chat.choices[0].message.content or "")
