@@ -208,6 +208,18 @@ int RunDaemon(const ServerConfig& config) {
   engine_config.enable_prefix_caching = config.enable_prefix_caching;
   engine_config.max_waiting_requests = config.max_waiting_requests;
   engine_config.max_waiting_tokens = config.max_waiting_tokens;
+  if (config.speculative_method == "ngram") {
+    engine_config.speculative = {.num_tokens = config.num_speculative_tokens,
+                                 .ngram_min = config.prompt_lookup_min,
+                                 .ngram_max = config.prompt_lookup_max,
+                                 .max_batch = config.speculative_max_batch};
+    if (backend != "cpu") {
+      Log().warn(
+          "--speculative_method=ngram: off on the {} backend (its device sampler returns "
+          "no draft logits)",
+          backend);
+    }
+  }
   const int32_t model_len = static_cast<int32_t>(model.config.max_position_embeddings);
   if (config.max_model_len > model_len) {
     return StartupFailed(absl::InvalidArgumentError(absl::StrCat(

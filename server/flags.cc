@@ -96,6 +96,17 @@ ABSL_FLAG(int64_t, max_waiting_tokens, int64_t{1} << 20,
 ABSL_FLAG(int32_t, max_model_len, 0,
           "Longest request (prompt + max_tokens); 0 uses the model's max_position_embeddings.");
 ABSL_FLAG(bool, enable_prefix_caching, true, "Share KV blocks between equal prompt prefixes.");
+ABSL_FLAG(std::string, speculative_method, "none",
+          "Speculative decoding: none, or ngram (prompt lookup: drafts are the tokens that "
+          "followed the latest earlier occurrence of a request's last n tokens, verified in the "
+          "same step; outputs do not change). cpu backend; unconstrained requests.");
+ABSL_FLAG(int32_t, num_speculative_tokens, 3,
+          "Drafts per step of a speculating request, in [1, 16].");
+ABSL_FLAG(int32_t, prompt_lookup_min, 2,
+          "ngram: the shortest suffix matched, in [1, prompt_lookup_max].");
+ABSL_FLAG(int32_t, prompt_lookup_max, 4, "ngram: the longest suffix matched, in [1, 16].");
+ABSL_FLAG(int32_t, speculative_max_batch, 4,
+          "Speculation is off in a step where more requests than this decode.");
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM server certificate chain; enables TLS on the gRPC and the HTTP API ports.");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
@@ -176,6 +187,11 @@ absl::StatusOr<ServerConfig> ConfigFromFlags(std::span<char* const> argv) {
   c.max_waiting_tokens = absl::GetFlag(FLAGS_max_waiting_tokens);
   c.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   c.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
+  c.speculative_method = absl::GetFlag(FLAGS_speculative_method);
+  c.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  c.prompt_lookup_min = absl::GetFlag(FLAGS_prompt_lookup_min);
+  c.prompt_lookup_max = absl::GetFlag(FLAGS_prompt_lookup_max);
+  c.speculative_max_batch = absl::GetFlag(FLAGS_speculative_max_batch);
   c.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   c.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
   c.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);

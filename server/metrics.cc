@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include <chrono>
+#include <string>
 #include <utility>
 
 namespace kvserve::server {
@@ -228,6 +229,27 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
       histogram("kvserve_step_duration_seconds",
                 "Duration of one engine step (schedule, model, sample, update).", kLatencyBuckets);
 
+  // Speculative decoding, vLLM's spec_decode counters under kvserve's prefix.
+  spec_drafts_ =
+      &BuildCounter()
+           .Name("kvserve_spec_decode_num_drafts_total")
+           .Help("Speculative verification chains (one per speculating request and step).")
+           .Register(r)
+           .Add({});
+  spec_draft_tokens_ = &BuildCounter()
+                            .Name("kvserve_spec_decode_num_draft_tokens_total")
+                            .Help("Draft tokens proposed.")
+                            .Register(r)
+                            .Add({});
+  spec_accepted_tokens_ = &BuildCounter()
+                               .Name("kvserve_spec_decode_num_accepted_tokens_total")
+                               .Help("Draft tokens accepted (kept as output).")
+                               .Register(r)
+                               .Add({});
+  spec_accepted_per_pos_ = &BuildCounter()
+                                .Name("kvserve_spec_decode_num_accepted_tokens_per_pos_total")
+                                .Help("Chains that accepted the draft at this position (0-based).")
+                                .Register(r);
   structured_requests_ =
       &BuildCounter()
            .Name("kvserve_structured_output_requests_total")
@@ -347,6 +369,16 @@ void ServerMetrics::Refresh() const {
   preemptions_->Increment(static_cast<double>(s.num_preemptions - last_.num_preemptions));
   structured_requests_->Increment(
       static_cast<double>(s.structured_requests - last_.structured_requests));
+  spec_drafts_->Increment(static_cast<double>(s.spec_drafts - last_.spec_drafts));
+  spec_draft_tokens_->Increment(static_cast<double>(s.spec_draft_tokens - last_.spec_draft_tokens));
+  spec_accepted_tokens_->Increment(
+      static_cast<double>(s.spec_accepted_tokens - last_.spec_accepted_tokens));
+  for (size_t j = 0; j < s.spec_accepted_per_position.size(); ++j) {
+    const int64_t before =
+        j < last_.spec_accepted_per_position.size() ? last_.spec_accepted_per_position[j] : 0;
+    spec_accepted_per_pos_->Add({{"position", std::to_string(j)}})
+        .Increment(static_cast<double>(s.spec_accepted_per_position[j] - before));
+  }
   prefix_queries_->Increment(
       static_cast<double>(s.kv.prefix_queried_tokens - last_.kv.prefix_queried_tokens));
   prefix_hits_->Increment(static_cast<double>(s.kv.prefix_hit_tokens - last_.kv.prefix_hit_tokens));

@@ -107,6 +107,10 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
   prometheus::Counter* structured_requests_;
+  prometheus::Counter* spec_drafts_;
+  prometheus::Counter* spec_draft_tokens_;
+  prometheus::Counter* spec_accepted_tokens_;
+  prometheus::Family<prometheus::Counter>* spec_accepted_per_pos_;  // label position (0-based)
   mutable scheduler::SchedulerStats last_;  // guarded by refresh_mu_
 
   // Per-request.

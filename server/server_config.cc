@@ -49,6 +49,10 @@ absl::Status ValidateConfig(const ServerConfig& c) {
            CheckRange("max_waiting_requests", c.max_waiting_requests, 0, 1 << 24),
            CheckRange<int64_t>("max_waiting_tokens", c.max_waiting_tokens, 1, int64_t{1} << 40),
            CheckRange("max_model_len", c.max_model_len, 0, 1 << 24),
+           CheckRange("num_speculative_tokens", c.num_speculative_tokens, 1, 16),
+           CheckRange("prompt_lookup_max", c.prompt_lookup_max, 1, 16),
+           CheckRange("prompt_lookup_min", c.prompt_lookup_min, 1, c.prompt_lookup_max),
+           CheckRange("speculative_max_batch", c.speculative_max_batch, 1, 1 << 16),
            CheckRange("drain_timeout_s", c.drain_timeout_s, 0.0, 86400.0),
            CheckRange("health_stall_timeout_s", c.health_stall_timeout_s, 0.1, 86400.0),
            CheckRange("max_receive_message_bytes", c.max_receive_message_bytes, 1024, 1 << 30),
@@ -60,6 +64,10 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return Bad("tool_call_parser",
                absl::StrCat("must be auto, hermes, llama3_json, mistral or json, got \"",
                             c.tool_call_parser, "\""));
+  }
+  if (c.speculative_method != "none" && c.speculative_method != "ngram") {
+    return Bad("speculative_method",
+               absl::StrCat("must be none or ngram, got \"", c.speculative_method, "\""));
   }
   if (c.backend != "auto" && c.backend != "cpu" && c.backend != "cuda") {
     return Bad("backend", absl::StrCat("must be auto, cpu or cuda, got \"", c.backend, "\""));

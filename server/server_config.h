@@ -61,6 +61,11 @@ struct ServerConfig {
   int64_t max_waiting_tokens = int64_t{1} << 20;
   int32_t max_model_len = 0;  // 0: the model's
   bool enable_prefix_caching = true;
+  std::string speculative_method = "none";  // none | ngram
+  int32_t num_speculative_tokens = 3;
+  int32_t prompt_lookup_min = 2;
+  int32_t prompt_lookup_max = 4;
+  int32_t speculative_max_batch = 4;
 
   std::string tls_cert_file;  // with tls_key_file: TLS
   std::string tls_key_file;
