@@ -7,6 +7,7 @@
 //   (c) with its prompt prefix served from the cache,
 //   (d) under a pool so small that requests are preempted and recomputed,
 //   (e) with token budgets 16, 64 and 2048 (chunked prefills),
+//   (f) with speculative decoding by prompt lookup (k 3 and 5, a small pool),
 // for every KV cache format (engine/kv_cache.h), and for every weight format
 // (bf16, fp16, int8: model_weights.h) with the fp32 cache.
 #include <algorithm>
@@ -182,6 +183,26 @@ void CheckInvariance(const engine::Model& model, bool seeded, engine::KvCacheDty
                      : budget == 64 ? "budget 64"
                                     : "budget 2048");
   }
+  // (f) speculative decoding by prompt lookup: drafts computed after each
+  // decoding request's last token (chunks of 1 + k positions) and kept where
+  // its own sampler draws them; with the budget cutting drafts, and under
+  // preemption.
+  EngineConfig speculative = Config(256, 16, 2048, true);
+  speculative.speculative = {.num_tokens = 3, .ngram_min = 1, .ngram_max = 3, .max_batch = 64};
+  const RunResult spec = RunConcurrent(model, speculative, jobs, dtype);
+  ExpectSameTokens(alone, spec, "speculative k=3");
+  EXPECT_GT(spec.stats.spec_drafts, 0);
+  speculative = Config(10, 16, 16, true);
+  speculative.speculative = {.num_tokens = 5, .ngram_min = 1, .ngram_max = 2, .max_batch = 64};
+  const RunResult spec_small = RunConcurrent(model, speculative, at_once, dtype);
+  ExpectSameTokens(alone, spec_small, "speculative k=5, small pool, budget 16");
+  EXPECT_GT(spec_small.stats.num_preemptions, 0);
+  std::printf("%s %s %s: speculation kept %lld of %lld drafts (k=3), %lld of %lld (k=5)\n",
+              model.name.c_str(), engine::KvCacheDtypeName(dtype).c_str(),
+              seeded ? "seeded" : "greedy", static_cast<long long>(spec.stats.spec_accepted_tokens),
+              static_cast<long long>(spec.stats.spec_draft_tokens),
+              static_cast<long long>(spec_small.stats.spec_accepted_tokens),
+              static_cast<long long>(spec_small.stats.spec_draft_tokens));
   std::printf("%s %s %s: %lld tokens; preemptions: %lld (pool 9x16), %lld (pool 39x4)\n",
               model.name.c_str(), engine::KvCacheDtypeName(dtype).c_str(),
               seeded ? "seeded" : "greedy", static_cast<long long>(total_tokens),
