@@ -1,5 +1,6 @@
 #include "server/kv_events/event_encoding.h"
 
+#include <cstring>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,16 @@ using Packer = msgpack::packer<msgpack::sbuffer>;
 void PackStr(Packer& pk, std::string_view s) {
   pk.pack_str(static_cast<uint32_t>(s.size()));
   pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+}
+
+// Always float64 (0xcb), as msgspec writes a float: msgpack-cxx's
+// pack_double writes an integral value as an integer.
+void PackFloat64(msgpack::sbuffer& buffer, double d) {
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  char bytes[9] = {static_cast<char>(0xcb)};
+  for (int i = 8; i >= 1; --i, bits >>= 8) bytes[i] = static_cast<char>(bits & 0xff);
+  buffer.write(bytes, sizeof bytes);
 }
 
 void PackIds(Packer& pk, const std::vector<uint64_t>& ids) {
@@ -88,14 +99,15 @@ void PackRemoved(EventWriter& w, const scheduler::BlockRemovedEvent& e, const Kv
 absl::StatusOr<KvEventEncoding> ParseKvEventEncoding(std::string_view name) {
   if (name == "map") return KvEventEncoding::kMap;
   if (name == "array") return KvEventEncoding::kArray;
-  return absl::InvalidArgumentError(absl::StrCat("must be map or array, got \"", std::string(name), "\""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("must be map or array, got \"", std::string(name), "\""));
 }
 
 std::string EncodeKvEventBatch(const scheduler::KvEventBatch& batch, const KvEventFormat& format) {
   msgpack::sbuffer buffer;
   Packer pk(&buffer);
   pk.pack_array(3);
-  pk.pack_double(batch.timestamp_s);
+  PackFloat64(buffer, batch.timestamp_s);
   pk.pack_array(static_cast<uint32_t>(batch.events.size()));
   EventWriter writer(pk, format.encoding);
   for (const scheduler::KvEvent& event : batch.events) {

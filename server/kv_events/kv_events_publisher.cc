@@ -75,8 +75,9 @@ absl::StatusOr<std::unique_ptr<KvEventsPublisher>> KvEventsPublisher::Start(
   if (!o.replay_endpoint.empty()) {
     try {
       s.replay.emplace(s.context, zmq::socket_type::router);
-      // Room for one full replay per request (vLLM sizes it the same way).
-      s.replay->set(zmq::sockopt::sndhwm, 2 * (o.replay_buffer_batches + 1));
+      // Room for two full replays (5 frames per batch, and the end marker)
+      // before a reply is dropped.
+      s.replay->set(zmq::sockopt::sndhwm, 2 * 5 * (o.replay_buffer_batches + 1));
       s.replay->set(zmq::sockopt::linger, 0);
       s.replay->bind(ZmqBindAddress(o.replay_endpoint));
       p->replay_endpoint_ = s.replay->get(zmq::sockopt::last_endpoint);
