@@ -120,9 +120,10 @@ ABSL_FLAG(std::string, kv_events_topic, "",
           "Topic of every KV-event message; empty: kv@<--host>:<port>@<first served model name>, "
           "the port being the HTTP API's when it is on, else the gRPC port (llm-d reads "
           "kv@<pod>@<model>).");
-ABSL_FLAG(std::string, kv_events_encoding, "map",
-          "map: events as msgpack maps with a \"type\" key (vLLM's current releases, llm-d >= "
-          "0.9); array: positional arrays (older vLLM and llm-d).");
+ABSL_FLAG(
+    std::string, kv_events_encoding, "map",
+    "map: events as msgpack maps with a \"type\" key (vLLM's current releases, llm-d-kv-cache "
+    ">= 0.9); array: positional arrays (older vLLM and llm-d).");
 ABSL_FLAG(int32_t, kv_events_queue_batches, 1024,
           "KV-event batches (one per engine step) waiting for the publisher thread; beyond it "
           "a batch is dropped (kvserve_kv_events_dropped_batches_total), never waited for.");

@@ -8,7 +8,7 @@
 //
 // Each event, in one of two encodings:
 //
-//   kMap (vLLM's current releases, the default; llm-d >= 0.9): a map whose
+//   kMap (vLLM's current releases, the default; llm-d-kv-cache >= 0.9): a map whose
 //   first key "type" names the event, then the fields by name in declaration
 //   order:
 //     {"type": "BlockStored", "block_hashes": [u64...], "parent_block_hash":
