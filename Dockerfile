@@ -58,6 +58,7 @@ RUN apt-get update \
       libsentencepiece-dev libpcre2-dev libutf8proc-dev \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev \
       libssl-dev curl \
+      libzmq3-dev cppzmq-dev libmsgpack-cxx-dev \
  && rm -rf /var/lib/apt/lists/*
 
 # xgrammar's pinned source distribution (structured outputs; the build

@@ -56,6 +56,7 @@ bool BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
     if (b.cached) {
       // Lazy eviction happens here, and only here.
       cached_.erase(b.hash);
+      if (events_ != nullptr) events_->OnRemoved(b.hash);
       b.cached = false;
       b.hash = BlockHash{};
       --num_free_cached_;
@@ -87,7 +88,7 @@ void BlockPool::AddRef(BlockId id) {
   ++b.ref_count;
 }
 
-bool BlockPool::RegisterHash(BlockId id, const BlockHash& hash) {
+bool BlockPool::RegisterHash(BlockId id, const BlockHash& hash, const BlockOrigin& origin) {
   Block& b = blocks_[Index(id)];
   KVSERVE_CHECK(b.ref_count > 0);
   if (b.cached) {
@@ -98,6 +99,20 @@ bool BlockPool::RegisterHash(BlockId id, const BlockHash& hash) {
   if (!inserted) return false;
   b.cached = true;
   b.hash = hash;
+  if (events_ != nullptr) events_->OnStored(hash, origin);
+  return true;
+}
+
+bool BlockPool::ResetCache() {
+  if (num_free_ != num_blocks_ - 1) return false;
+  for (const auto& [h, id] : cached_) {
+    Block& b = blocks_[id];
+    b.cached = false;
+    b.hash = BlockHash{};
+  }
+  cached_.clear();
+  num_free_cached_ = 0;
+  if (events_ != nullptr) events_->OnCleared();
   return true;
 }
 

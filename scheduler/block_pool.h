@@ -27,6 +27,12 @@
 // A hash maps to at most one block. A block registered with a hash is full
 // and is never written again (its K/V are shared by every table that holds
 // it); the caller (KvCacheManager) only writes blocks it holds alone.
+//
+// Events (optional, SetEventRecorder): every change of the hash -> block map
+// is reported as it happens: an entry added by RegisterHash (BlockStored), one
+// erased by Allocate (BlockRemoved), all erased by ResetCache
+// (AllBlocksCleared). Nothing else changes the map, so the reported hashes are
+// the map's keys (scheduler/kv_events.h).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +43,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "scheduler/block_hash.h"
+#include "scheduler/kv_events.h"
 
 namespace kvserve::scheduler {
 
@@ -81,8 +88,19 @@ class BlockPool {
   // Registers the content hash of the in-use, full block `id`, making it
   // findable. Returns false, and leaves `id` uncached, if another block
   // already holds `hash` (the two have equal content; one entry suffices).
-  // Idempotent for a block that already holds `hash`.
-  bool RegisterHash(BlockId id, const BlockHash& hash);
+  // Idempotent for a block that already holds `hash`. `origin` (parent hash,
+  // tokens, salt) is only read for the BlockStored event of a new entry.
+  bool RegisterHash(BlockId id, const BlockHash& hash, const BlockOrigin& origin = {});
+
+  // Drops every cached hash (free-cached blocks become free-uncached), as
+  // vLLM's reset_prefix_cache does: only while no block is in use, so no
+  // table holds a block whose hash disappears. Returns false, changing
+  // nothing, when some block is in use.
+  [[nodiscard]] bool ResetCache();
+
+  // Reports map changes to `recorder` from now on (null: stop). Not owned;
+  // must outlive the pool or be unset first.
+  void SetEventRecorder(KvEventRecorder* recorder) { events_ = recorder; }
 
   // Drops one reference per entry of a block table, last entry first. Blocks
   // whose count reaches zero are pushed at the LRU tail in that order, so a
@@ -130,6 +148,7 @@ class BlockPool {
   int32_t num_free_cached_ = 0;
   int64_t num_evicted_ = 0;
   int64_t num_allocated_ = 0;
+  KvEventRecorder* events_ = nullptr;
 };
 
 }  // namespace kvserve::scheduler

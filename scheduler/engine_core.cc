@@ -12,7 +12,8 @@ KvCacheConfig KvConfig(const EngineConfig& c) {
   return KvCacheConfig{.num_blocks = c.num_blocks,
                        .block_size = c.block_size,
                        .enable_prefix_caching = c.enable_prefix_caching,
-                       .hash_key = c.hash_key};
+                       .hash_key = c.hash_key,
+                       .enable_kv_events = c.enable_kv_events};
 }
 
 SchedulerConfig MakeSchedulerConfig(const EngineConfig& c, const ModelInfo& m,
@@ -95,6 +96,12 @@ bool EngineCore::Step(std::optional<TimePoint> now) {
   }
   scheduler_.Update(out, *result, now.value_or(Clock::now()));
   return true;
+}
+
+KvEventBatch EngineCore::TakeKvEvents(double timestamp_s) {
+  KvEventRecorder* events = kv_.events();
+  if (events == nullptr) return KvEventBatch{.timestamp_s = timestamp_s};
+  return events->TakeBatch(timestamp_s);
 }
 
 int64_t EngineCore::RunUntilIdle(int64_t max_steps) {

@@ -37,6 +37,7 @@ struct EngineConfig {
   int32_t block_size = 16;
   bool enable_prefix_caching = true;
   std::optional<HashKey> hash_key;  // random per process when unset
+  bool enable_kv_events = false;    // record KV-cache events (TakeKvEvents)
   int32_t max_model_len = 0;        // 0: the model's max_position_embeddings
   int32_t max_waiting_requests = 1024;
   int64_t max_waiting_tokens = int64_t{1} << 22;
@@ -81,6 +82,13 @@ class EngineCore {
   bool Step(std::optional<TimePoint> now = std::nullopt);
   // Steps until every request has finished (tests); at most max_steps.
   int64_t RunUntilIdle(int64_t max_steps = 1'000'000);
+
+  // The KV-cache events recorded since the last call, stamped with
+  // timestamp_s (no events when enable_kv_events is off).
+  KvEventBatch TakeKvEvents(double timestamp_s);
+  // Drops every cached prefix block; false (nothing changes) while any
+  // request holds blocks (KvCacheManager::ResetPrefixCache).
+  [[nodiscard]] bool ResetPrefixCache() { return kv_.ResetPrefixCache(); }
 
   bool HasUnfinished() const { return scheduler_.HasUnfinished(); }
   SchedulerStats Stats() const { return scheduler_.Stats(); }

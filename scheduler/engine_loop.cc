@@ -79,8 +79,37 @@ void EngineLoop::Abort(RequestId id) {
   cv_.notify_one();
 }
 
+void EngineLoop::ResetPrefixCache(std::function<void(bool)> done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      Command c;
+      c.reset_done = std::move(done);
+      inbox_.push_back(std::move(c));
+      done = nullptr;
+    }
+  }
+  if (done) {
+    done(false);
+    return;
+  }
+  cv_.notify_one();
+}
+
+void EngineLoop::FlushKvEvents() {
+  if (!kv_event_sink_) return;
+  const double now_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  KvEventBatch batch = core_->TakeKvEvents(now_unix);
+  if (!batch.events.empty()) kv_event_sink_(std::move(batch));
+}
+
 void EngineLoop::Apply(std::vector<Command>& commands) {
   for (Command& c : commands) {
+    if (c.reset_done) {
+      c.reset_done(core_->ResetPrefixCache());
+      continue;
+    }
     if (c.abort) {
       core_->Abort(c.id, Clock::now(), AbortCause::kClient);
       continue;
@@ -159,6 +188,7 @@ void EngineLoop::Run() {
       }
     }
     last_step_empty = core_->HasUnfinished() && !stepped;
+    FlushKvEvents();
     Publish(stepped ? std::optional<Clock::duration>(step_duration) : std::nullopt);
   }
   Shutdown();
@@ -178,6 +208,7 @@ void EngineLoop::Shutdown() {
   // its aborted message once.
   Apply(commands);
   core_->scheduler().AbortAll(Clock::now(), AbortCause::kShutdown);
+  FlushKvEvents();
   Publish(std::nullopt);
 }
 

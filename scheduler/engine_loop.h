@@ -20,6 +20,11 @@
 // still in the inbox (the scheduler's queue only shrinks between a publish and
 // the next inbox swap, apart from these).
 //
+// KV-cache events (EngineConfig::enable_kv_events): after every iteration
+// that changed the cache (a step, a reset, the shutdown's aborts) the loop
+// takes the recorded events as one batch and hands it to the KvEventSink, on
+// the loop thread, in iteration order.
+//
 // Stop(): no command is accepted afterwards (Submit: Unavailable); the loop
 // finishes its current step, then every outstanding request (in the inbox or
 // the scheduler) finishes as kAborted (cause kShutdown), its final output
@@ -56,6 +61,10 @@ struct StepRecord {
 // Called on the loop thread after every model step; must be cheap and must
 // not block.
 using StepObserver = std::function<void(const StepRecord&)>;
+// Receives each iteration's KV-cache events (never an empty batch) on the
+// loop thread; must not block (hand the batch to another thread's bounded
+// queue).
+using KvEventSink = std::function<void(KvEventBatch)>;
 
 class EngineLoop {
  public:
@@ -66,6 +75,7 @@ class EngineLoop {
 
   // Before Start() only.
   void SetStepObserver(StepObserver observer) { step_observer_ = std::move(observer); }
+  void SetKvEventSink(KvEventSink sink) { kv_event_sink_ = std::move(sink); }
   void Start();
   // Idempotent. Also finishes outstanding requests when never started.
   void Stop();
@@ -78,6 +88,10 @@ class EngineLoop {
   // Finishes the request as kAborted wherever it is, freeing its blocks.
   // Unknown or finished ids: a no-op.
   void Abort(RequestId id);
+  // Drops every cached prefix block, as vLLM's /reset_prefix_cache: `done`
+  // gets true, on the loop thread, or false when some request held blocks
+  // (nothing changed) or the loop is stopping.
+  void ResetPrefixCache(std::function<void(bool)> done);
 
   // Copy of the snapshot published after the last loop iteration.
   SchedulerStats Stats() const;
@@ -90,6 +104,7 @@ class EngineLoop {
  private:
   struct Command {
     bool abort = false;
+    std::function<void(bool)> reset_done;  // set: a prefix-cache reset
     RequestId id = 0;
     RequestParams params;
     OutputCallback callback;
@@ -101,10 +116,12 @@ class EngineLoop {
   // step_duration: set when a model step just ran (fed to the observer).
   void Publish(std::optional<Clock::duration> step_duration);
   void Shutdown();  // loop thread (or Stop() when never started)
+  void FlushKvEvents();
 
   const CapacityPolicy policy_;       // static checks and limits, any thread
   std::unique_ptr<EngineCore> core_;  // loop thread only
   StepObserver step_observer_;        // set before Start, then loop thread only
+  KvEventSink kv_event_sink_;         // set before Start, then loop thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

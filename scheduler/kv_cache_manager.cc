@@ -10,9 +10,13 @@
 namespace kvserve::scheduler {
 
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
-    : pool_(config.num_blocks, config.block_size),
+    : events_(config.enable_kv_events ? std::make_unique<KvEventRecorder>(config.block_size)
+                                      : nullptr),
+      pool_(config.num_blocks, config.block_size),
       hasher_(config.hash_key.value_or(BlockHasher::RandomKey())),
-      enable_prefix_caching_(config.enable_prefix_caching) {}
+      enable_prefix_caching_(config.enable_prefix_caching) {
+  pool_.SetEventRecorder(events_.get());
+}
 
 int32_t KvCacheManager::BlocksFor(int32_t num_tokens) const {
   return (num_tokens + pool_.block_size() - 1) / pool_.block_size();
@@ -22,6 +26,7 @@ CachedPrefix KvCacheManager::GetComputedBlocks(std::span<const int32_t> tokens,
                                                const ExtraKeys& extra_keys) const {
   CachedPrefix prefix;
   prefix.extra_keys_hash = hasher_.ExtraKeysHash(extra_keys);
+  if (events_ != nullptr) prefix.cache_salt = std::string(extra_keys.cache_salt);
   prefix.num_queried_tokens = static_cast<int32_t>(tokens.size());
   if (!enable_prefix_caching_ || tokens.empty()) return prefix;
 
@@ -84,6 +89,7 @@ bool KvCacheManager::AllocateNew(RequestId id, const CachedPrefix& prefix, int32
   r.num_registered_blocks = num_hit;  // full and cached: never written
   r.block_hashes = prefix.block_hashes;
   r.extra_keys_hash = prefix.extra_keys_hash;
+  r.cache_salt = prefix.cache_salt;
   KVSERVE_CHECK(Grow(r, num_tokens));  // cannot fail: counted above
   requests_.emplace(id, std::move(r));
   ++prefix_queries_;
@@ -120,9 +126,9 @@ void KvCacheManager::CommitComputed(RequestId id, std::span<const int32_t> token
         r.block_hashes.push_back(hasher_.HashBlock(
             parent, r.extra_keys_hash, tokens.subspan(static_cast<size_t>(i) * bs, bs)));
       }
-      // false: an equal block is already cached. Keep ours in the table; it
-      // is offered again when freed (see Free).
-      pool_.RegisterHash(r.table[i], r.block_hashes[i]);
+      // An equal block may already be cached: ours stays in the table,
+      // unregistered, and is offered again (RegisterChained, Free).
+      RegisterChained(r, tokens, i);
     }
   }
   r.num_registered_blocks = std::max(r.num_registered_blocks, num_full);
@@ -141,6 +147,35 @@ void KvCacheManager::Trim(RequestId id, int32_t num_tokens) {
   r.num_allocated_tokens = std::min(r.num_allocated_tokens, num_tokens);
 }
 
+void KvCacheManager::RegisterOne(RequestBlocks& r, int32_t i,
+                                 std::span<const int32_t> block_tokens) {
+  if (pool_.hash(r.table[i]).has_value()) return;
+  const BlockOrigin origin{.parent = i == 0 ? kRootParentHash : r.block_hashes[i - 1],
+                           .tokens = block_tokens,
+                           .cache_salt = r.cache_salt};
+  if (pool_.RegisterHash(r.table[i], r.block_hashes[i], origin)) {
+    r.unregistered_tokens.erase(i);
+  } else if (events_ != nullptr) {
+    // Its BlockStored, should this copy become the cached one (Free).
+    r.unregistered_tokens.try_emplace(i, block_tokens.begin(), block_tokens.end());
+  }
+}
+
+void KvCacheManager::RegisterChained(RequestBlocks& r, std::span<const int32_t> tokens, int32_t i) {
+  const size_t bs = static_cast<size_t>(pool_.block_size());
+  // Ancestors j < i are full and hashed. Walk back to the newest one whose
+  // hash is findable (ours or an equal block elsewhere), then register
+  // forward from there: each block is registered while its parent is.
+  int32_t first = i;
+  while (first > 0 && !pool_.hash(r.table[first - 1]).has_value() &&
+         !pool_.Lookup(r.block_hashes[first - 1]).has_value()) {
+    --first;
+  }
+  for (int32_t j = first; j <= i; ++j) {
+    RegisterOne(r, j, tokens.subspan(static_cast<size_t>(j) * bs, bs));
+  }
+}
+
 void KvCacheManager::Free(RequestId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
@@ -148,9 +183,17 @@ void KvCacheManager::Free(RequestId id) {
   if (enable_prefix_caching_) {
     // A full block left unregistered because an equal block was cached when
     // it filled: if that one has been evicted since, keep this copy findable.
-    for (int32_t i = r.num_registered_blocks; i-- > 0;) {
-      const BlockId b = r.table[i];
-      if (!pool_.hash(b).has_value()) pool_.RegisterHash(b, r.block_hashes[i]);
+    // First block first, so a parent is findable before its child.
+    for (int32_t i = 0; i < r.num_registered_blocks; ++i) {
+      if (pool_.hash(r.table[i]).has_value() || pool_.Lookup(r.block_hashes[i]).has_value()) {
+        continue;
+      }
+      auto saved = r.unregistered_tokens.find(i);
+      // Kept for every block left unregistered while events are on.
+      KVSERVE_CHECK(events_ == nullptr || saved != r.unregistered_tokens.end());
+      const std::span<const int32_t> block_tokens =
+          saved == r.unregistered_tokens.end() ? std::span<const int32_t>() : saved->second;
+      RegisterOne(r, i, block_tokens);
     }
   }
   pool_.ReleaseTable(r.table);  // last block first

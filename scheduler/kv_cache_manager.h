@@ -29,17 +29,26 @@
 //   each step:           Allocate(id, num_computed, n)   (false: preempt someone)
 //   after each step:     CommitComputed(id, tokens, num_computed)
 //   finish/abort/preempt: Free(id)
+//
+// Chain rule (what KV-cache events rely on, scheduler/kv_events.h): a block
+// is registered only while its parent's hash is findable. A full block left
+// unregistered because an equal block was cached when it filled becomes the
+// chain's copy again (registered, parents first) as soon as that copy is
+// evicted and a child of it is registered, or when the request is freed.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "scheduler/block_hash.h"
 #include "scheduler/block_pool.h"
+#include "scheduler/kv_events.h"
 
 namespace kvserve::scheduler {
 
@@ -51,6 +60,8 @@ struct KvCacheConfig {
   bool enable_prefix_caching = true;
   // The secret block hashes are keyed with; random per process when unset.
   std::optional<HashKey> hash_key;
+  // Record the pool's cache transitions as KV-cache events (events()).
+  bool enable_kv_events = false;
 };
 
 // The result of a prefix-cache lookup: full blocks whose K/V the request can
@@ -63,6 +74,7 @@ struct CachedPrefix {
   // and the first miss); kept so no block is hashed twice.
   std::vector<BlockHash> block_hashes;
   BlockHash extra_keys_hash;
+  std::string cache_salt;          // the lookup's, for KV-cache events
   int32_t num_queried_tokens = 0;  // tokens.size() of the lookup, for the stats
 };
 
@@ -136,6 +148,14 @@ class KvCacheManager {
 
   KvCacheStats Stats() const;
 
+  // Drops every cached hash (BlockPool::ResetCache): false, and nothing
+  // changes, while any request holds blocks.
+  [[nodiscard]] bool ResetPrefixCache() { return pool_.ResetCache(); }
+
+  // The recorder of the pool's cache transitions; null unless
+  // enable_kv_events. The engine loop takes one batch from it per step.
+  KvEventRecorder* events() { return events_.get(); }
+
   // The pool's invariants with every tracked table, plus per request: the
   // table has exactly ceil(allocated tokens / block_size) blocks, no null
   // block, registered blocks carry the request's own hash when cached, and
@@ -149,13 +169,25 @@ class KvCacheManager {
     int32_t num_registered_blocks = 0;    // leading full blocks already offered to the cache
     std::vector<BlockHash> block_hashes;  // hashes of full blocks [0, size)
     BlockHash extra_keys_hash;
+    std::string cache_salt;  // for KV-cache events
+    // With events on: the tokens of full blocks [0, num_registered_blocks)
+    // left unregistered (an equal block was cached), by table index.
+    absl::flat_hash_map<int32_t, std::vector<int32_t>> unregistered_tokens;
   };
 
   int32_t BlocksFor(int32_t num_tokens) const;
   // Allocates blocks so `r` covers num_tokens; false (nothing changed) if the
   // pool is short.
   bool Grow(RequestBlocks& r, int32_t num_tokens);
+  // Registers full block i of `r` (tokens: the request's) after making sure
+  // its ancestors are findable: walks back over unregistered blocks whose
+  // hash no other block holds, and registers them first, oldest first.
+  void RegisterChained(RequestBlocks& r, std::span<const int32_t> tokens, int32_t i);
+  // Registers full block i of `r` unless it already holds its hash; keeps its
+  // tokens while it stays unregistered (events on).
+  void RegisterOne(RequestBlocks& r, int32_t i, std::span<const int32_t> block_tokens);
 
+  std::unique_ptr<KvEventRecorder> events_;  // before pool_: the pool points at it
   BlockPool pool_;
   BlockHasher hasher_;
   const bool enable_prefix_caching_;

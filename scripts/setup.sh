@@ -19,6 +19,7 @@ debian_packages=(
   libsentencepiece-dev libpcre2-dev libutf8proc-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc prometheus-cpp-dev
   libssl-dev curl
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev  # KV-cache events: server/kv_events/
   python3 python3-pip python3-venv  # pip fetches xgrammar's source distribution (below)
 )
 

@@ -28,6 +28,7 @@
 #include "server/health_monitor.h"
 #include "server/http/http_server.h"
 #include "server/http/openai_handlers.h"
+#include "server/kv_events/kv_events_publisher.h"
 #include "server/kvserve_service.h"
 #include "server/metrics.h"
 #include "server/metrics_exposer.h"
@@ -156,6 +157,21 @@ absl::StatusOr<std::optional<chat::ChatTemplate>> LoadChatTemplate(const ServerC
   return std::optional<chat::ChatTemplate>(*std::move(tmpl));
 }
 
+// --kv_events_*: the publisher's sockets and format (docs/server.md, "KV-cache
+// events"). Blocks live in host memory on the cpu backend, in device memory
+// on cuda: vLLM's "CPU" and "GPU" media.
+KvEventsPublisherOptions KvEventsOptions(const ServerConfig& c, const std::string& backend) {
+  KvEventsPublisherOptions o;
+  o.endpoint = c.kv_events_endpoint;
+  o.connect = c.kv_events_connect;
+  o.replay_endpoint = c.kv_events_replay_endpoint;
+  o.format.encoding = *ParseKvEventEncoding(c.kv_events_encoding);  // validated
+  o.format.medium = backend == "cuda" ? "GPU" : "CPU";
+  o.queue_batches = c.kv_events_queue_batches;
+  o.replay_buffer_batches = c.kv_events_buffer_steps;
+  return o;
+}
+
 int StartupFailed(const absl::Status& status) {
   Log().error("startup failed: {}", std::string(status.message()));
   Log().flush();
@@ -206,6 +222,7 @@ int RunDaemon(const ServerConfig& config) {
   engine_config.block_size = config.block_size;
   engine_config.num_blocks = backend_parts.num_blocks;
   engine_config.enable_prefix_caching = config.enable_prefix_caching;
+  engine_config.enable_kv_events = !config.kv_events_endpoint.empty();
   engine_config.max_waiting_requests = config.max_waiting_requests;
   engine_config.max_waiting_tokens = config.max_waiting_tokens;
   if (config.speculative_method == "ngram") {
@@ -249,6 +266,14 @@ int RunDaemon(const ServerConfig& config) {
       m->OnGrammarCompiled(seconds, ok);
     }
   };
+  // Declared before the loop, which hands it batches until it is destroyed.
+  std::unique_ptr<KvEventsPublisher> kv_events;
+  if (engine_config.enable_kv_events) {
+    absl::StatusOr<std::unique_ptr<KvEventsPublisher>> started =
+        KvEventsPublisher::Start(KvEventsOptions(config, backend));
+    if (!started.ok()) return StartupFailed(started.status());
+    kv_events = *std::move(started);
+  }
   scheduler::EngineLoop loop(std::make_unique<scheduler::EngineCore>(
       engine_config, scheduler::ModelInfoOf(model), std::move(backend_parts.runner)));
   auto metrics = std::make_shared<ServerMetrics>(
@@ -262,6 +287,11 @@ int RunDaemon(const ServerConfig& config) {
                        .version = KVSERVE_VERSION},
       loop);
   loop.SetStepObserver([m = metrics.get()](const scheduler::StepRecord& s) { m->OnStep(s); });
+  if (kv_events) {
+    loop.SetKvEventSink(
+        [p = kv_events.get()](scheduler::KvEventBatch batch) { p->Enqueue(std::move(batch)); });
+    metrics->SetKvEventsSource(kv_events.get());
+  }
   {
     std::lock_guard<std::mutex> lock(compile_sink->mu);
     compile_sink->metrics = metrics;
@@ -348,8 +378,22 @@ int RunDaemon(const ServerConfig& config) {
       config.tls_cert_file.empty() ? "off" : "on", token.empty() ? "off" : "on");
   const std::string http_ready =
       http_server ? absl::StrCat(" http=", config.host, ":", http_server->port()) : "";
-  std::printf("kvserve ready grpc=%s:%d metrics=%s:%d%s\n", config.host.c_str(), grpc_port,
-              config.metrics_host.c_str(), metrics_port, http_ready.c_str());
+  std::string kv_events_ready;
+  if (kv_events) {
+    // No request has run yet, so no event has been sent under another topic.
+    const int served_port = http_server ? http_server->port() : grpc_port;
+    kv_events->SetTopic(
+        config.kv_events_topic.empty()
+            ? absl::StrCat("kv@", config.host, ":", served_port, "@", ServedNames(config).front())
+            : config.kv_events_topic);
+    kv_events_ready = absl::StrCat(" kv_events=", kv_events->endpoint());
+    if (!kv_events->replay_endpoint().empty()) {
+      absl::StrAppend(&kv_events_ready, " kv_events_replay=", kv_events->replay_endpoint());
+    }
+  }
+  std::printf("kvserve ready grpc=%s:%d metrics=%s:%d%s%s\n", config.host.c_str(), grpc_port,
+              config.metrics_host.c_str(), metrics_port, http_ready.c_str(),
+              kv_events_ready.c_str());
   std::fflush(stdout);
 
   {
@@ -380,6 +424,8 @@ int RunDaemon(const ServerConfig& config) {
   // returns); then /metrics stops, its threads joined (fast: metrics_exposer.h).
   metrics->Detach();
   exposer->reset();
+  // The loop has stopped: its last batch (the aborts' frees) is queued.
+  if (kv_events) kv_events->Stop();
   Log().info("drained{}; exiting", drained ? "" : " (deadline reached)");
   spdlog::shutdown();
   return 0;

@@ -122,6 +122,30 @@ ABSL_FLAG(double, health_stall_timeout_s, 30,
 ABSL_FLAG(int32_t, max_receive_message_bytes, 4 << 20,
           "Largest request message accepted, in bytes (gRPC messages and HTTP bodies).");
 ABSL_FLAG(bool, log_requests, true, "Log one line per finished request.");
+ABSL_FLAG(std::string, kv_events_endpoint, "",
+          "KV-cache events (vLLM's ZMQ format, for llm-d's precise prefix-cache routing): the "
+          "PUB socket's tcp://HOST:PORT (bound: 127.0.0.1 for this host only, 0.0.0.0 or * for "
+          "every interface; PORT 0 picks a free port, see the ready line) or ipc://PATH. Empty "
+          "(the default): no events.");
+ABSL_FLAG(bool, kv_events_connect, false,
+          "Connect the KV-events PUB socket to --kv_events_endpoint (a subscriber that binds, "
+          "as llm-d's central indexer does) instead of binding it.");
+ABSL_FLAG(std::string, kv_events_replay_endpoint, "",
+          "tcp://HOST:PORT of a bound ROUTER socket that replays buffered KV-event batches from "
+          "a sequence number (the last --kv_events_buffer_steps batches); empty: no replay.");
+ABSL_FLAG(std::string, kv_events_topic, "",
+          "Topic of every KV-event message; empty: kv@<--host>:<port>@<first served model name>, "
+          "the port being the HTTP API's when it is on, else the gRPC port (llm-d reads "
+          "kv@<pod>@<model>).");
+ABSL_FLAG(
+    std::string, kv_events_encoding, "map",
+    "map: events as msgpack maps with a \"type\" key (vLLM's current releases, llm-d-kv-cache "
+    ">= 0.9); array: positional arrays (older vLLM and llm-d).");
+ABSL_FLAG(int32_t, kv_events_queue_batches, 1024,
+          "KV-event batches (one per engine step) waiting for the publisher thread; beyond it "
+          "a batch is dropped (kvserve_kv_events_dropped_batches_total), never waited for.");
+ABSL_FLAG(int32_t, kv_events_buffer_steps, 10000,
+          "KV-event batches kept for replay (--kv_events_replay_endpoint).");
 
 namespace kvserve::server {
 
@@ -200,6 +224,13 @@ absl::StatusOr<ServerConfig> ConfigFromFlags(std::span<char* const> argv) {
   c.health_stall_timeout_s = absl::GetFlag(FLAGS_health_stall_timeout_s);
   c.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
   c.log_requests = absl::GetFlag(FLAGS_log_requests);
+  c.kv_events_endpoint = absl::GetFlag(FLAGS_kv_events_endpoint);
+  c.kv_events_connect = absl::GetFlag(FLAGS_kv_events_connect);
+  c.kv_events_replay_endpoint = absl::GetFlag(FLAGS_kv_events_replay_endpoint);
+  c.kv_events_topic = absl::GetFlag(FLAGS_kv_events_topic);
+  c.kv_events_encoding = absl::GetFlag(FLAGS_kv_events_encoding);
+  c.kv_events_queue_batches = absl::GetFlag(FLAGS_kv_events_queue_batches);
+  c.kv_events_buffer_steps = absl::GetFlag(FLAGS_kv_events_buffer_steps);
   KVSERVE_RETURN_IF_ERROR(ValidateConfig(c));
   return c;
 }

@@ -132,6 +132,28 @@ ServerMetrics::ServerMetrics(const ServerInfoLabels& info, const scheduler::Engi
            .Register(r)
            .Add({});
 
+  blocks_cached_ =
+      &BuildGauge()
+           .Name("kvserve_kv_cache_cached_blocks")
+           .Help(
+               "KV cache blocks findable by prefix lookup (holding a content hash, free or in "
+               "use): the set KV-cache events describe.")
+           .Register(r)
+           .Add({});
+  kv_events_published_ = &BuildCounter()
+                              .Name("kvserve_kv_events_published_batches_total")
+                              .Help("KV-cache event batches sent on the ZeroMQ PUB socket.")
+                              .Register(r)
+                              .Add({});
+  kv_events_dropped_ =
+      &BuildCounter()
+           .Name("kvserve_kv_events_dropped_batches_total")
+           .Help(
+               "KV-cache event batches dropped because the publisher's queue was full (their "
+               "sequence numbers are never sent).")
+           .Register(r)
+           .Add({});
+
   engine_busy_ = &BuildGauge()
                       .Name("kvserve_engine_busy")
                       .Help("1 while the engine loop has unfinished requests, else 0.")
@@ -331,9 +353,15 @@ void ServerMetrics::OnHttpConnection(int delta) { http_connections_->Increment(d
 
 void ServerMetrics::OnRejected(Rejection why) { rejected_[static_cast<int>(why)]->Increment(); }
 
+void ServerMetrics::SetKvEventsSource(const KvEventsPublisher* publisher) {
+  std::lock_guard<std::mutex> lock(refresh_mu_);
+  kv_events_ = publisher;
+}
+
 void ServerMetrics::Detach() {
   std::lock_guard<std::mutex> lock(refresh_mu_);
   loop_ = nullptr;
+  kv_events_ = nullptr;
 }
 
 void ServerMetrics::Refresh() const {
@@ -362,6 +390,7 @@ void ServerMetrics::Refresh() const {
   blocks_free_uncached_->Set(pool.num_free_uncached);
   blocks_capacity_->Set(capacity);
   usage_ratio_->Set(capacity > 0 ? static_cast<double>(pool.num_in_use) / capacity : 0.0);
+  blocks_cached_->Set(pool.num_cached);
   accounting_consistent_->Set(
       pool.num_in_use + pool.num_free_cached + pool.num_free_uncached == capacity ? 1 : 0);
   // Cumulative scheduler counts become counter increments (never negative:
@@ -383,6 +412,12 @@ void ServerMetrics::Refresh() const {
       static_cast<double>(s.kv.prefix_queried_tokens - last_.kv.prefix_queried_tokens));
   prefix_hits_->Increment(static_cast<double>(s.kv.prefix_hit_tokens - last_.kv.prefix_hit_tokens));
   last_ = s;
+  if (kv_events_ != nullptr) {
+    const KvEventsCounters k = kv_events_->counters();
+    kv_events_published_->Increment(static_cast<double>(k.published - last_kv_events_.published));
+    kv_events_dropped_->Increment(static_cast<double>(k.dropped - last_kv_events_.dropped));
+    last_kv_events_ = k;
+  }
 }
 
 std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {

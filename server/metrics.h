@@ -34,6 +34,7 @@
 #include "scheduler/engine_loop.h"
 #include "scheduler/output_stream.h"
 #include "scheduler/stats.h"
+#include "server/kv_events/kv_events_publisher.h"
 
 namespace kvserve::server {
 
@@ -77,6 +78,11 @@ class ServerMetrics : public prometheus::Collectable {
   void OnToolCallParseFailure();
   // Stops reading the loop: later scrapes return the last values. After it
   // returns the loop may be destroyed.
+  // The KV-events publisher's counters, read at scrape time (before the
+  // first scrape; the publisher must outlive it or Detach must come first).
+  void SetKvEventsSource(const KvEventsPublisher* publisher);
+  // Stops reading the loop (and the publisher): later scrapes return the
+  // last values. After it returns the loop may be destroyed.
   void Detach();
 
   // prometheus::Collectable: refreshes the scrape-time values, then returns
@@ -87,7 +93,8 @@ class ServerMetrics : public prometheus::Collectable {
   void Refresh() const;
 
   mutable std::mutex refresh_mu_;
-  const scheduler::EngineLoop* loop_;  // guarded by refresh_mu_; null once detached
+  const scheduler::EngineLoop* loop_;             // guarded by refresh_mu_; null once detached
+  const KvEventsPublisher* kv_events_ = nullptr;  // guarded by refresh_mu_; may be null
   std::shared_ptr<prometheus::Registry> registry_;
 
   // Scrape-time gauges.
@@ -99,6 +106,7 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Gauge* blocks_capacity_;
   prometheus::Gauge* usage_ratio_;
   prometheus::Gauge* accounting_consistent_;
+  prometheus::Gauge* blocks_cached_;
   prometheus::Gauge* engine_busy_;
   prometheus::Gauge* last_step_timestamp_;
 
@@ -112,6 +120,11 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Counter* spec_accepted_tokens_;
   prometheus::Family<prometheus::Counter>* spec_accepted_per_pos_;  // label position (0-based)
   mutable scheduler::SchedulerStats last_;  // guarded by refresh_mu_
+
+  // KV-cache events, mirrored from the publisher's counters (by delta).
+  prometheus::Counter* kv_events_published_;
+  prometheus::Counter* kv_events_dropped_;
+  mutable KvEventsCounters last_kv_events_;  // guarded by refresh_mu_
 
   // Per-request.
   prometheus::Counter* prompt_tokens_;

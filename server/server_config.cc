@@ -4,7 +4,10 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/kv_cache.h"
 #include "server/tool_calling/tool_call_parser.h"
 
@@ -19,6 +22,22 @@ template <typename T>
 absl::Status CheckRange(const char* flag, T value, T lo, T hi) {
   if (!(lo <= value && value <= hi)) {  // NaN fails too
     return Bad(flag, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
+  }
+  return absl::OkStatus();
+}
+
+// tcp://HOST:PORT (PORT in [0, 65535]) or ipc://PATH.
+absl::Status CheckZmqEndpoint(const char* flag, const std::string& endpoint) {
+  const absl::string_view e = endpoint;
+  if (absl::StartsWith(e, "ipc://") && e.size() > 6) return absl::OkStatus();
+  if (!absl::StartsWith(e, "tcp://")) {
+    return Bad(flag, absl::StrCat("must be tcp://HOST:PORT or ipc://PATH, got \"", endpoint, "\""));
+  }
+  const size_t colon = e.rfind(':');
+  int port = -1;
+  if (colon <= 6 || !absl::SimpleAtoi(e.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return Bad(flag, absl::StrCat("must be tcp://HOST:PORT with PORT in [0, 65535], got \"",
+                                  endpoint, "\""));
   }
   return absl::OkStatus();
 }
@@ -56,6 +75,8 @@ absl::Status ValidateConfig(const ServerConfig& c) {
            CheckRange("drain_timeout_s", c.drain_timeout_s, 0.0, 86400.0),
            CheckRange("health_stall_timeout_s", c.health_stall_timeout_s, 0.1, 86400.0),
            CheckRange("max_receive_message_bytes", c.max_receive_message_bytes, 1024, 1 << 30),
+           CheckRange("kv_events_queue_batches", c.kv_events_queue_batches, 1, 1 << 20),
+           CheckRange("kv_events_buffer_steps", c.kv_events_buffer_steps, 0, 1 << 20),
        }) {
     if (!s.ok()) return s;
   }
@@ -121,6 +142,20 @@ absl::Status ValidateConfig(const ServerConfig& c) {
         return Bad("served_model_name", absl::StrCat("\"", name, "\" given twice"));
       }
     }
+  }
+  if (!c.kv_events_endpoint.empty()) {
+    KVSERVE_RETURN_IF_ERROR(CheckZmqEndpoint("kv_events_endpoint", c.kv_events_endpoint));
+  }
+  if (!c.kv_events_replay_endpoint.empty()) {
+    if (c.kv_events_endpoint.empty()) {
+      return Bad("kv_events_replay_endpoint", "replays events: needs --kv_events_endpoint");
+    }
+    KVSERVE_RETURN_IF_ERROR(
+        CheckZmqEndpoint("kv_events_replay_endpoint", c.kv_events_replay_endpoint));
+  }
+  if (c.kv_events_encoding != "map" && c.kv_events_encoding != "array") {
+    return Bad("kv_events_encoding",
+               absl::StrCat("must be map or array, got \"", c.kv_events_encoding, "\""));
   }
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     return Bad(c.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",

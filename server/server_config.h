@@ -76,6 +76,15 @@ struct ServerConfig {
   double health_stall_timeout_s = 30;
   int32_t max_receive_message_bytes = 4 << 20;
   bool log_requests = true;
+
+  // KV-cache events (server/kv_events/): off while the endpoint is empty.
+  std::string kv_events_endpoint;          // tcp://HOST:PORT or ipc://PATH
+  bool kv_events_connect = false;          // connect instead of bind
+  std::string kv_events_replay_endpoint;   // empty: no replay socket
+  std::string kv_events_topic;             // empty: kv@<host>:<port>@<model>
+  std::string kv_events_encoding = "map";  // map | array
+  int32_t kv_events_queue_batches = 1024;
+  int32_t kv_events_buffer_steps = 10000;
 };
 
 // InvalidArgument naming the flag (--name) for values out of range or

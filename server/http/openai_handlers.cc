@@ -99,6 +99,7 @@ std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel
       {"/v1/completions/render", "POST"},
       {"/v1/chat/completions/render", "POST"},
       {"/v1/responses", "POST"},
+      {"/reset_prefix_cache", "POST"},
   };
   static constexpr Route kModelRoute = {kModelPrefix, "GET"};
   const Route* route = nullptr;
@@ -148,6 +149,7 @@ std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel
     RespondError(channel, s);
     return nullptr;
   }
+  if (path == "/reset_prefix_cache") return ResetPrefixCache(channel);
   if (path == "/v1/completions") return Generate(Endpoint::kCompletions, request, channel);
   if (path == "/v1/chat/completions") return Generate(Endpoint::kChat, request, channel);
   if (path == "/v1/responses") return Responses(request, channel);
@@ -165,6 +167,51 @@ std::shared_ptr<Exchange> OpenAiHandler::Handle(HttpRequest request, HttpChannel
     Detokenize(request, channel);
   }
   return nullptr;
+}
+
+namespace {
+
+// POST /reset_prefix_cache, answered when the engine loop has tried: the
+// loop's callback posts the answer to the connection's strand.
+class ResetExchange final : public Exchange, public std::enable_shared_from_this<ResetExchange> {
+ public:
+  explicit ResetExchange(HttpChannel& channel) : channel_(channel), poster_(channel.poster()) {}
+
+  void Start(scheduler::EngineLoop& loop) {
+    loop.ResetPrefixCache([weak = weak_from_this(), poster = poster_](bool reset) {
+      poster([weak, reset] {
+        if (std::shared_ptr<ResetExchange> self = weak.lock()) self->Answer(reset);
+      });
+    });
+  }
+  void OnDisconnect() override {}
+
+ private:
+  void Answer(bool reset) {
+    if (reset) {
+      channel_.Respond(200, std::string(kJson), "{}");
+      return;
+    }
+    const ApiError error{.http_status = 409,
+                         .message =
+                             "the prefix cache was not reset: requests hold KV blocks "
+                             "(retry when they have finished)",
+                         .type = "invalid_request_error",
+                         .param = "",
+                         .code = "blocks_in_use"};
+    channel_.Respond(409, std::string(kJson), Dump(ErrorJson(error)));
+  }
+
+  HttpChannel& channel_;  // outlives the exchange (http_channel.h)
+  const Poster poster_;
+};
+
+}  // namespace
+
+std::shared_ptr<Exchange> OpenAiHandler::ResetPrefixCache(HttpChannel& channel) {
+  auto exchange = std::make_shared<ResetExchange>(channel);
+  exchange->Start(state_.loop());
+  return exchange;
 }
 
 std::shared_ptr<Exchange> OpenAiHandler::Generate(Endpoint endpoint, const HttpRequest& request,

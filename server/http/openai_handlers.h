@@ -33,6 +33,9 @@ class OpenAiHandler final : public RequestHandler {
                                      HttpChannel& channel);
   // POST /v1/responses (openai_responses.h, responses_call.h).
   std::shared_ptr<Exchange> Responses(const HttpRequest& request, HttpChannel& channel);
+  // POST /reset_prefix_cache (vLLM's): drops every cached prefix block once
+  // no request holds blocks; 200 {}, or 409 while blocks are in use.
+  std::shared_ptr<Exchange> ResetPrefixCache(HttpChannel& channel);
   // POST /v1/completions/render, /v1/chat/completions/render (openai_render.h).
   void Render(Endpoint endpoint, const HttpRequest& request, HttpChannel& channel) const;
   Json ModelCard(const std::string& id) const;  // one /v1/models entry

@@ -165,6 +165,8 @@ def test_runtime_packages_script_on_the_host_build():
         assert must in packages, packages
     assert any(p.startswith("libgrpc++") for p in packages), packages
     assert any(p.startswith("libprotobuf") for p in packages), packages
+    # KV-cache events: the runtime stage gets libzmq through ldd, as every library.
+    assert any(p.startswith("libzmq") for p in packages), packages
     # Every one is a real, installed package.
     q = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Status}\\n", *packages],
                        capture_output=True, text=True)

@@ -68,7 +68,8 @@ def test_the_endpoint_pickers_metrics_are_exported_by_the_daemon(tmp_path):
     flags = epp_flags(rendered)
     args = list(kvserve_container(rendered)["args"])
     # The rendered args, listening on loopback ephemeral ports instead.
-    with h.running_daemon(tmp_path, *args, "--http_port=-1") as d:
+    with h.running_daemon(tmp_path, *args, "--http_port=-1",
+                          "--kv_events_endpoint=tcp://127.0.0.1:0") as d:
         text = d.metrics_text()
         with urllib.request.urlopen(d.http_url + "/health", timeout=10) as r:
             assert r.status == 200
@@ -85,6 +86,25 @@ def test_the_endpoint_pickers_metrics_are_exported_by_the_daemon(tmp_path):
     capacity = [l for l in text.splitlines() if l.startswith("kvserve_kv_cache_blocks_capacity ")]
     assert labels["block_size"] == label_values(server_info[0])["block_size"], (info, server_info)
     assert int(labels["num_gpu_blocks"]) == int(float(capacity[0].split()[1])), (info, capacity)
+
+
+def test_pods_publish_kv_events_for_llm_d():
+    """llm-d's router: the pods carry its label and publish KV-cache events on
+    port 5557, under the topic kv@<pod IP>:<HTTP port>@<served model>."""
+    rendered = docs()
+    dep = h.the(rendered, "Deployment", "kvserve")
+    assert dep["spec"]["template"]["metadata"]["labels"]["llm-d.ai/inference-serving"] == "true"
+    assert dep["metadata"]["labels"]["llm-d.ai/inference-serving"] == "true"
+    c = kvserve_container(rendered)
+    flags = h.flag_values(c["args"])
+    assert flags["kv_events_endpoint"] == "tcp://0.0.0.0:5557"
+    assert {"name": "kv-events", "containerPort": 5557, "protocol": "TCP"} in c["ports"]
+    # $(POD_IP) is expanded by the kubelet from the container's env.
+    (pod_ip,) = [e for e in c["env"] if e["name"] == "POD_IP"]
+    assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    model = flags.get("served_model_name", "").split(",")[0] or flags["model"]
+    assert flags["kv_events_topic"] == f"kv@$(POD_IP):{flags['http_port']}@{model}"
+    assert not h.unknown_flags(c["args"]), h.unknown_flags(c["args"])
 
 
 def label_values(sample_line: str) -> dict[str, str]:

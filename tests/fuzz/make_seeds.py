@@ -379,6 +379,39 @@ def tool_call_texts() -> dict[str, bytes]:
             for i, (name, (fmt, text)) in enumerate(texts.items())}
 
 
+def kv_events_seeds() -> dict[str, bytes]:
+    """Batches for kv_events (layout in tests/fuzz/kv_events_fuzz.cc)."""
+    def u64(x: int) -> bytes:
+        return struct.pack("<Q", x)
+
+    def stored(blocks: int, block_size: int, ids, parent=None, salt: str = "") -> bytes:
+        out = bytes([0, blocks - 1, block_size - 1, 1 if parent is not None else 0])
+        if parent is not None:
+            out += u64(parent)
+        out += b"".join(u64(i) for i in ids)
+        out += b"".join(u64(t) for t in range(100, 100 + blocks * block_size))
+        return out + piece(salt)
+
+    def removed(ids) -> bytes:
+        return bytes([1, len(ids)]) + b"".join(u64(i) for i in ids)
+
+    ts = struct.pack("<d", 1796236550.5924506)
+    chain = (stored(2, 4, [7, 2**63 + 5]) + stored(1, 4, [11], parent=2**63 + 5)
+             + removed([11, 7]) + bytes([2]))
+    seeds = {}
+    for flags, name in [(0, "map_gpu"), (1, "array_gpu"), (2, "map_cpu"), (3, "array_cpu")]:
+        seeds[f"chain_{name}"] = bytes([flags]) + ts + chain
+    seeds["salted_map"] = bytes([0]) + ts + stored(3, 2, [1, 2, 3], parent=9, salt="tenant-a")
+    seeds["integral_ts_array"] = bytes([1]) + struct.pack("<d", 1700000000.0) + bytes([2])
+    seeds["nan_ts_empty"] = bytes([0]) + struct.pack("<d", float("nan"))
+    return seeds
+
+
+def write_kv_events_seeds() -> None:
+    for name, data in kv_events_seeds().items():
+        write("kv_events", name, data)
+
+
 def main() -> None:
     for name, text in configs().items():
         write("config_json", name, text)
@@ -430,6 +463,7 @@ def main() -> None:
         write("tool_call_parser", name, data)
 
     write_kv_codec_seeds()
+    write_kv_events_seeds()
 
     # The Hub chat templates the oracle test renders, over a conversation.
     sys.path.insert(0, str(ROOT / "tests" / "oracle"))

@@ -52,6 +52,20 @@ CASES = [
      ["--model=builtin:tiny", "--tls_cert_file=/nonexistent/cert.pem",
       "--tls_key_file=/nonexistent/key.pem"],
      ["tls_cert_file", "/nonexistent/cert.pem"]),
+    ("kv-events-endpoint-scheme", ["--model=builtin:tiny", "--kv_events_endpoint=http://x:1"],
+     ["kv_events_endpoint", "tcp://HOST:PORT"]),
+    ("kv-events-endpoint-port", ["--model=builtin:tiny", "--kv_events_endpoint=tcp://127.0.0.1:70000"],
+     ["kv_events_endpoint", "[0, 65535]"]),
+    ("kv-events-replay-alone",
+     ["--model=builtin:tiny", "--kv_events_replay_endpoint=tcp://127.0.0.1:0"],
+     ["kv_events_replay_endpoint", "needs --kv_events_endpoint"]),
+    ("kv-events-encoding", ["--model=builtin:tiny", "--kv_events_encoding=json"],
+     ["kv_events_encoding", "map or array"]),
+    ("kv-events-queue", ["--model=builtin:tiny", "--kv_events_queue_batches=0"],
+     ["kv_events_queue_batches"]),
+    ("kv-events-endpoint-unbindable",
+     ["--model=builtin:tiny", "--kv_events_endpoint=tcp://192.0.2.1:5557"],
+     ["kv_events_endpoint", "cannot bind"]),
 ]
 
 

@@ -146,7 +146,7 @@ def test_metrics_agree_with_client(kvserve_factory):
     assert 3 <= d_received < n_long, dres
     d_prompt = len("Cancel me please") + 1
     # E: invalid.
-    e = stream(stub, text_request("Hello", 0))
+    e = stream(stub, text_request("Hello", -1))  # max_tokens below 0
     assert e.code == grpc.StatusCode.INVALID_ARGUMENT, e
 
     def settled(s):
