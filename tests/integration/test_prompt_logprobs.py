@@ -7,7 +7,7 @@ within 1e-4, through every path a client takes:
     1, token-id prompts), streaming and not: the first token null, the prompt's tokens
     before the completion's, the top entries ranked as transformers ranks them;
   * vLLM's prompt_logprobs on /v1/completions (token id -> logprob, rank, decoded_token; chat's
-    is checked on a real model with its tokenizer, tests/clients/test_lm_eval.py);
+    is checked on a real model with its tokenizer, tests/real_models/test_lm_eval_real.py);
   * the gRPC API's prompt_logprobs (GenerateResponse.prompt_logprobs, in the message with the
     first token).
 A repeated prompt (whose blocks are in the prefix cache) is recomputed, not served from the
