@@ -269,6 +269,11 @@ int RunDaemon(const ServerConfig& config) {
   // Declared before the loop, which hands it batches until it is destroyed.
   std::unique_ptr<KvEventsPublisher> kv_events;
   if (engine_config.enable_kv_events) {
+    if (!config.enable_prefix_caching) {
+      Log().warn(
+          "--kv_events_endpoint with --enable_prefix_caching=false: nothing is ever "
+          "cached, so no event will be published");
+    }
     absl::StatusOr<std::unique_ptr<KvEventsPublisher>> started =
         KvEventsPublisher::Start(KvEventsOptions(config, backend));
     if (!started.ok()) return StartupFailed(started.status());
