@@ -29,9 +29,10 @@ ABSL_FLAG(std::string, chat_template, "",
           "checkpoint's (chat_template.jinja or tokenizer_config.json); the checkpoint's special "
           "tokens stay visible to it.");
 ABSL_FLAG(std::string, model, "builtin:tiny",
-          "builtin:tiny, builtin:small, builtin:llama3-8b (CUDA only), or a Hugging Face "
+          "builtin:tiny, builtin:small, builtin:llama3-8b (CUDA only), a Hugging Face "
           "checkpoint directory (config.json, "
-          "*.safetensors, tokenizer.json or tokenizer.model).");
+          "*.safetensors, tokenizer.json or tokenizer.model), or a llama.cpp GGUF file "
+          "(*.gguf; dequantized at load to --dtype).");
 ABSL_FLAG(std::string, served_model_name, "",
           "Names the APIs serve the model under (HTTP /v1/models, a request's \"model\", "
           "GetModelInfo): one or more, comma-separated or the flag repeated; the first is the "
