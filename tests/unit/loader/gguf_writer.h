@@ -1,5 +1,5 @@
 // A small GGUF encoder for the parser tests, written from the format
-// description (gguf_file.h's layout comment and llama.cpp's docs/gguf.md),
+// description (gguf_file.h's layout comment and llama.cpp's GGUF spec page),
 // so the parser is checked against an encoder it does not share code with.
 // Hostile files are made by editing the fields it exposes (counts, offsets)
 // or the bytes it returns.
