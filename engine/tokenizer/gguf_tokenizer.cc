@@ -284,6 +284,9 @@ absl::StatusOr<HfBpeSpec> GgufTokenizerSpec(const GgufVocab& v) {
     const bool special = type == kTypeControl || (!byte_level && type == kTypeUnknown);
     if (!special && type != kTypeUserDefined) continue;
     if (special && byte_level && !InByteAlphabet(v.tokens[i])) continue;  // a mislabel
+    // A USER_DEFINED token the vocabulary spells differently (Gemma's
+    // whitespace runs) is looked up by its spelling, never matched raw.
+    if (!special && !spec.vocab.contains(v.tokens[i])) continue;
     AddedToken token;
     token.id = static_cast<int32_t>(i);
     token.content = v.tokens[i];
