@@ -143,6 +143,48 @@ TEST_P(RealGgufTest, LogitsEqualTheCheckpointsInBf16) {
   EXPECT_LE(max_diff, 1e-3 * std::max(1.0, max_abs));
 }
 
+// --quantization=int8 and w8a8 load from a GGUF: the GGUF's fp32 values and
+// the checkpoint's bf16 roundings of them quantize to slightly different int8
+// codes and scales, so the logits differ by int8 rounding (printed; 0.7-1.4
+// at most when written) and the greedy token agrees.
+TEST_P(RealGgufTest, Int8FormatsFollowTheCheckpoints) {
+  for (Quantization q : {Quantization::kInt8, Quantization::kW8A8}) {
+    LoadModelOptions options;
+    options.weights.quantization = q;
+    options.generation_sampling_defaults = false;
+    auto from_gguf = LoadModel(gguf(), options);
+    ASSERT_TRUE(from_gguf.ok()) << from_gguf.status();
+    auto from_dir = LoadModel(dir_.string(), options);
+    ASSERT_TRUE(from_dir.ok()) << from_dir.status();
+    auto prompt = (*from_dir)->tokenizer->Encode(
+        "The capital of France is Paris. The capital of Italy is", /*add_special_tokens=*/true);
+    ASSERT_TRUE(prompt.ok());
+    std::vector<std::vector<float>> logits;
+    for (const Model* model : {from_gguf->get(), from_dir->get()}) {
+      Harness harness(*model, 16, 8, 3);
+      Sequence seq{.tokens = *prompt};
+      StepInput step;
+      harness.Schedule(step, seq, static_cast<int32_t>(prompt->size()), StepInput::Logits::kAll);
+      logits.push_back(harness.Run(step).logits);
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    const size_t vocab = logits[0].size() / prompt->size();
+    int top1_agree = 0;
+    double max_diff = 0;
+    for (size_t p = 0; p < prompt->size(); ++p) {
+      const std::span<const float> a(logits[0].data() + p * vocab, vocab);
+      const std::span<const float> b(logits[1].data() + p * vocab, vocab);
+      top1_agree += Argmax(a) == Argmax(b);
+      for (size_t i = 0; i < vocab; ++i) {
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
+      }
+    }
+    std::printf("%s %s: top-1 equal at %d of %zu positions, max |logit difference| %.3g\n",
+                GetParam().c_str(), QuantizationName(q), top1_agree, prompt->size(), max_diff);
+    EXPECT_GE(top1_agree, static_cast<int>(prompt->size()) - 1) << QuantizationName(q);
+  }
+}
+
 TEST_P(RealGgufTest, TokenizerEncodesAsTheCheckpointsTokenizerJson) {
   auto parts = OpenGgufModel(gguf());
   ASSERT_TRUE(parts.ok()) << parts.status();
