@@ -11,7 +11,7 @@
 // the file does not store, llama.cpp derives from the architecture, and so
 // does this loader: Gemma 2 slides on every other layer, Gemma 3 on five of
 // every six with a local rope theta of 10000, Gemma's attention scale is
-// key_length^-0.5.
+// key_length^-0.5 (hidden_size / num_heads for the 27B models, by layer count).
 //
 // Tensors (llama.cpp name -> transformers name):
 //   token_embd -> model.embed_tokens     output_norm -> model.norm

@@ -192,7 +192,11 @@ absl::StatusOr<json> GgufConfigJson(const GgufFile& file) {
   }
   if (arch == "gemma2" || arch == "gemma3") {
     c["hidden_activation"] = "gelu_pytorch_tanh";
-    c["query_pre_attn_scalar"] = head_dim;
+    // The file does not store query_pre_attn_scalar; llama.cpp scales by
+    // key_length^-0.5 except for the 27B models (46 layers of Gemma 2, 62 of
+    // Gemma 3), whose configs say hidden_size / num_heads.
+    const bool is_27b = (arch == "gemma2" && layers == 46) || (arch == "gemma3" && layers == 62);
+    c["query_pre_attn_scalar"] = is_27b ? hidden / heads : head_dim;
     c["sliding_window"] = window > 0 ? json(window) : json(nullptr);
     KVSERVE_ASSIGN_OR_RETURN(double attn_cap, keys.Float("attn_logit_softcapping", 0.0));
     KVSERVE_ASSIGN_OR_RETURN(double final_cap, keys.Float("final_logit_softcapping", 0.0));

@@ -301,6 +301,24 @@ TEST(GgufConfigTest, Gemma3SlidesOnFiveOfEverySixLayers) {
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(config->LayerSlides(i), (i + 1) % 6 != 0) << i;
 }
 
+TEST(GgufConfigTest, GemmaScoreScaleFollowsLlamaCpp) {
+  for (uint32_t layers : {12u, 46u}) {
+    GgufSpec s = LlamaSpec("gemma2");
+    s.kvs.push_back(ScalarKv<uint32_t>("gemma2.attention.key_length", 4, 16));
+    s.kvs.push_back(ScalarKv<uint32_t>("gemma2.attention.value_length", 4, 16));
+    for (GgufKv& kv : s.kvs) {
+      if (kv.key == "gemma2.block_count") kv.value = GgufBytes().Put<uint32_t>(layers).bytes();
+    }
+    auto file = ParseBytes(EncodeGguf(s));
+    ASSERT_TRUE(file.ok());
+    auto config = GgufModelConfig(**file);
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->head_dim, 16);
+    // 46 layers: Gemma 2 27B, scaled by hidden / heads = 4.
+    EXPECT_EQ(config->query_pre_attn_scalar, layers == 46 ? 4.0 : 16.0) << layers;
+  }
+}
+
 TEST(GgufConfigTest, RefusesAnArchitectureByName) {
   auto file = ParseBytes(EncodeGguf(LlamaSpec("mamba")));
   ASSERT_TRUE(file.ok());
