@@ -33,7 +33,7 @@ absl::StatusOr<std::optional<bool>> OptionalBool(const GgufFile& file, const cha
 
 bool IsGgufPath(const std::string& path) {
   std::error_code ec;
-  return absl::EndsWith(path, ".gguf") && std::filesystem::is_regular_file(path, ec);
+  return absl::EndsWith(path, ".gguf") && !std::filesystem::is_directory(path, ec);
 }
 
 absl::StatusOr<GgufVocab> ReadGgufVocab(const GgufFile& file) {

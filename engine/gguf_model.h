@@ -18,7 +18,8 @@
 
 namespace kvserve::engine {
 
-// A path LoadModel reads as a GGUF: a regular file named *.gguf.
+// A path LoadModel reads as a GGUF: one named *.gguf that is not a directory
+// (a missing file is then NotFound naming it).
 bool IsGgufPath(const std::string& path);
 
 // The tokenizer.ggml.* values; NotFound when the file has no
