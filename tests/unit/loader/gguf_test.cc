@@ -4,6 +4,7 @@
 #include "engine/loader/gguf.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Parses a copy of `bytes` that lives until the test binary exits: a parsed
+// GgufFile borrows its buffer, and the tests parse temporaries.
 absl::StatusOr<std::unique_ptr<GgufFile>> ParseBytes(const std::string& bytes) {
-  return GgufFile::Parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "t.gguf");
+  static std::vector<std::unique_ptr<std::string>>* const kept =
+      new std::vector<std::unique_ptr<std::string>>();
+  kept->push_back(std::make_unique<std::string>(bytes));
+  const std::string& owned = *kept->back();
+  return GgufFile::Parse(reinterpret_cast<const uint8_t*>(owned.data()), owned.size(), "t.gguf");
 }
 
 // Every value type, two tensors (one Q8_0) and a 64-byte alignment.
