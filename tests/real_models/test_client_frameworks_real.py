@@ -2,8 +2,8 @@
 daemon serving SmolLM2-135M-Instruct (fetched by real_models.fetch) under a served name without
 "/" and Qwen 2.5's chat template (Hermes tool calls):
 
-  * openai-agents (pinned in tests/clients/requirements.txt): one agent run over the Responses
-    API with a function tool; the first turn must call it (tool_choice "required"), the agent
+  * openai-agents (pinned in tests/clients/requirements.txt): one agent run with a function
+    tool, over the Responses API and over chat completions; the first turn must call it (tool_choice "required"), the agent
     runs it and sends its output back, and the model answers in text;
   * the openai SDK's responses.create / responses.stream for text and json_schema output, and
     models.retrieve of the served name; a request naming another model is 404
@@ -71,9 +71,10 @@ def client(daemon):
                          timeout=600)
 
 
-def test_openai_agents_runs_a_tool_turn_over_the_responses_api(daemon):
-    from agents import (Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool,
-                        set_tracing_disabled)
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+def test_openai_agents_runs_a_tool_turn(daemon, api):
+    from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel,
+                        Runner, function_tool, set_tracing_disabled)
 
     set_tracing_disabled(True)
     calls = []
@@ -84,7 +85,8 @@ def test_openai_agents_runs_a_tool_turn_over_the_responses_api(daemon):
         calls.append(city)
         return f"18 degrees and sunny in {city}"
 
-    model = OpenAIResponsesModel(
+    model_class = OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel
+    model = model_class(
         model=SERVED, openai_client=openai.AsyncOpenAI(base_url=daemon.http_url + "/v1",
                                                        api_key="unused", max_retries=0,
                                                        timeout=600))
