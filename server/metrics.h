@@ -119,7 +119,7 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Counter* spec_draft_tokens_;
   prometheus::Counter* spec_accepted_tokens_;
   prometheus::Family<prometheus::Counter>* spec_accepted_per_pos_;  // label position (0-based)
-  mutable scheduler::SchedulerStats last_;  // guarded by refresh_mu_
+  mutable scheduler::SchedulerStats last_;                          // guarded by refresh_mu_
 
   // KV-cache events, mirrored from the publisher's counters (by delta).
   prometheus::Counter* kv_events_published_;

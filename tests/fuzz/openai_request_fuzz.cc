@@ -89,8 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         KVSERVE_FUZZ_CHECK(p.sampling.Validate().ok(), "sampling the engine accepts");
         // max_tokens 0: completions' prompt alone (echoed or scored).
         KVSERVE_FUZZ_CHECK(p.stop.max_tokens >= (endpoint == Endpoint::kChat ? 1 : 0) &&
-                               p.stop.min_tokens >= 0 &&
-                               p.stop.min_tokens <= p.stop.max_tokens,
+                               p.stop.min_tokens >= 0 && p.stop.min_tokens <= p.stop.max_tokens,
                            "token limits");
         KVSERVE_FUZZ_CHECK(p.stop.stop_strings.size() <= kvserve::server::kMaxStopStrings,
                            "stop string count");
@@ -99,9 +98,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                              stop);
         }
         KVSERVE_FUZZ_CHECK(p.return_logprobs == r->logprobs, "logprobs");
-        KVSERVE_FUZZ_CHECK(p.num_prompt_logprobs >= -1 &&
-                               p.num_prompt_logprobs <= kvserve::engine::kMaxLogprobs,
-                           "prompt logprobs");
+        KVSERVE_FUZZ_CHECK(
+            p.num_prompt_logprobs >= -1 && p.num_prompt_logprobs <= kvserve::engine::kMaxLogprobs,
+            "prompt logprobs");
         for (const kvserve::engine::TokenBias& b : p.sampling.logit_bias) {
           KVSERVE_FUZZ_CHECK(b.token >= 0 && b.token < model.vocab_size, std::to_string(b.token));
         }
